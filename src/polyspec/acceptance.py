@@ -1,0 +1,73 @@
+"""Verification of a draft: which draft tokens the verifier keeps, and its own next token.
+
+Pure functions over token ids and probability tensors; no models here, so every rule can be
+checked against its closed form.
+
+Greedy: keep draft tokens while they equal the verifier's argmax; then emit the argmax.
+Sampling (Leviathan et al. 2023, Chen et al. 2023): keep draft token x drawn from q with
+probability min(1, p(x)/q(x)); on the first rejection draw a *recovered* token from
+norm(max(0, p - q)); if every draft token is kept, draw a *bonus* token from p. A drafter without
+probabilities is a point mass q = 1 on its token. The output is then distributed exactly as p.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from polyspec.sampling import sample
+from polyspec.types import Verdict
+
+
+def greedy_verdict(draft_tokens: list[int], target_tokens: list[int]) -> Verdict:
+    """target_tokens: the verifier's choice at each of the len(draft_tokens) + 1 positions."""
+    accepted = 0
+    while accepted < len(draft_tokens) and draft_tokens[accepted] == target_tokens[accepted]:
+        accepted += 1
+    return Verdict(accepted=accepted, token=target_tokens[accepted])
+
+
+def acceptance_probability(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, token: int) -> float:
+    """min(1, p(x) / q(x)) for one position. target_probs, draft_probs: [V]."""
+    draft_p = 1.0 if draft_probs is None else float(draft_probs[token])
+    return min(1.0, float(target_probs[token]) / draft_p)
+
+
+def residual_distribution(
+    target_probs: torch.Tensor, draft_probs: torch.Tensor | None, token: int
+) -> torch.Tensor:
+    """norm(max(0, p - q)), [V]: where the recovered token is drawn after rejecting `token`."""
+    if draft_probs is None:
+        residual = target_probs.clone()
+        residual[token] = 0.0
+    else:
+        residual = (target_probs - draft_probs).clamp_min_(0.0)
+    total = residual.sum()
+    # Zero mass means p <= q everywhere, i.e. p == q: a rejection then has probability 0, and
+    # only rounding can get here. Falling back to p keeps the draw well defined.
+    return residual / total if total > 0 else target_probs
+
+
+def rejection_verdict(
+    draft_tokens: list[int],
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    generator: torch.Generator | None,
+) -> Verdict:
+    """draft_probs: [k, V] or None (point masses); target_probs: [k + 1, V] processed exactly as
+    plain sampling would process them."""
+    k = len(draft_tokens)
+    accepted = k
+    if k:
+        index = torch.tensor(draft_tokens, device=target_probs.device)
+        rows = torch.arange(k, device=target_probs.device)
+        target_p = target_probs[rows, index]
+        draft_p = draft_probs[rows, index] if draft_probs is not None else torch.ones_like(target_p)
+        uniform = torch.rand(k, generator=generator, device=target_probs.device)
+        rejected = (uniform * draft_p >= target_p).nonzero()
+        if len(rejected):
+            accepted = int(rejected[0, 0])
+    if accepted < k:
+        row_draft = None if draft_probs is None else draft_probs[accepted]
+        residual = residual_distribution(target_probs[accepted], row_draft, draft_tokens[accepted])
+        return Verdict(accepted=accepted, token=sample(residual, generator))
+    return Verdict(accepted=k, token=sample(target_probs[k], generator))

@@ -1,0 +1,146 @@
+"""The `polyspec` command line. User errors print one line on stderr and exit with code 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from polyspec.errors import UserError
+
+app = typer.Typer(
+    name="polyspec",
+    help="Lossless speculative decoding that pays off in every language.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Lossless speculative decoding that pays off in every language."""
+
+
+def default_verifier() -> str:
+    """The embedded verifier when it has been fetched, else a name that says what to do."""
+    try:
+        from polyspec.assets.store import embedded_verifier_path
+    except ImportError:
+        return "google/gemma-3-270m"
+    return str(embedded_verifier_path())
+
+
+@app.command()
+def generate(
+    verifier: Annotated[str, typer.Option(help="Verifier: local path or hub id (default: embedded).")] = "",
+    drafter: Annotated[str, typer.Option(help="none | prompt-lookup[:MIN-MAX] | ngram:PATH | model:PATH_OR_ID")] = "none",
+    gamma: Annotated[int, typer.Option(help="Draft length per verifier call.")] = 3,
+    prompt: Annotated[str | None, typer.Option(help="Prompt text.")] = None,
+    prompt_file: Annotated[Path | None, typer.Option(help="Read the prompt from this file.")] = None,
+    max_new_tokens: Annotated[int, typer.Option(help="Most tokens to generate.")] = 64,
+    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
+    top_k: Annotated[int, typer.Option(help="0 = off.")] = 0,
+    top_p: Annotated[float, typer.Option(help="1 = off.")] = 1.0,
+    repetition_penalty: Annotated[float, typer.Option(help="1 = off.")] = 1.0,
+    penalty_window: Annotated[int, typer.Option(help="Tokens the repetition penalty looks back; 0 = all.")] = 0,
+    stop: Annotated[list[str] | None, typer.Option(help="Stop string (repeatable).")] = None,
+    seed: Annotated[int, typer.Option(help="Random seed for sampling.")] = 0,
+    dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16")] = "auto",
+    device: Annotated[str, typer.Option(help="cpu | cuda[:N] | auto")] = "cpu",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Generate from a verifier, speculatively with a drafter."""
+    from polyspec.decoding import Decoder
+    from polyspec.drafters import make_drafter
+    from polyspec.models import LoadedModel
+    from polyspec.sampling import SamplingConfig
+
+    text = read_prompt(prompt, prompt_file)
+    sampling = SamplingConfig(temperature, top_k, top_p, repetition_penalty, penalty_window)
+    if gamma < 1:
+        raise UserError(f"gamma must be >= 1, got {gamma}")
+    if max_new_tokens < 1:
+        raise UserError(f"max new tokens must be >= 1, got {max_new_tokens}")
+    from polyspec.drafters.base import parse_spec
+
+    parse_spec(drafter)
+    model = LoadedModel.load(verifier or default_verifier(), dtype=dtype, device=device)
+    decoder = Decoder(model)
+    prompt_ids = decoder.encode(text)
+    result = decoder.generate(
+        prompt_ids,
+        make_drafter(drafter, model),
+        gamma=gamma,
+        sampling=sampling,
+        max_new_tokens=max_new_tokens,
+        stop_strings=stop or (),
+        seed=seed,
+    )
+    if as_json:
+        stats = result.stats.to_dict()
+        print(json.dumps({"text": result.text, "token_ids": result.token_ids, "stats": stats}, ensure_ascii=False))
+        return
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    print(result.text)
+    s = result.stats
+    console.print(
+        f"[dim]{s.new_tokens} tokens in {s.seconds:.2f} s ({s.tokens_per_second:.1f} tok/s), "
+        f"acceptance {s.acceptance_rate:.2f} ({s.accepted}/{s.drafted}), "
+        f"{s.tokens_per_call:.2f} tokens per verifier call, stop: {result.stop_reason}[/dim]"
+    )
+
+
+def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
+    if (prompt is None) == (prompt_file is None):
+        raise UserError("give exactly one of --prompt or --prompt-file")
+    if prompt_file is not None:
+        try:
+            prompt = prompt_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"cannot read prompt file {str(prompt_file)!r}: {exc.__class__.__name__}") from exc
+    if not prompt or not prompt.strip():
+        raise UserError("the prompt is empty")
+    return prompt
+
+
+def _register_subcommands() -> None:
+    """Command groups live next to the code they drive."""
+    import importlib
+
+    for module_name in ("polyspec.ngram.cli", "polyspec.assets.cli", "polyspec.bench.cli"):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                continue
+            raise
+        module.register(app)
+
+
+_register_subcommands()
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except UserError as exc:
+        print(f"polyspec: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("polyspec: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except typer.Abort:
+        sys.exit(130)
+    except Exception as exc:  # click usage errors arrive here with standalone_mode=False
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            print(f"polyspec: error: {exc.format_message()}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+        raise

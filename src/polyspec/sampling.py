@@ -1,0 +1,112 @@
+"""Logit processing shared by plain and speculative decoding.
+
+Both decoding paths turn the verifier's logits into a next-token choice through the same
+`LogitsProcessor`, position by position, with exactly the tokens before that position as
+context. That is what makes speculative output distributed exactly as plain output.
+
+Order (as in transformers): repetition penalty, temperature, top-k, top-p.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from polyspec.errors import UserError
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """temperature 0 means greedy; top_k 0 and top_p 1 switch those filters off;
+    penalty_window 0 applies the repetition penalty to the whole context."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    penalty_window: int = 0
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise UserError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise UserError(f"top-k must be >= 0, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise UserError(f"top-p must be in (0, 1], got {self.top_p}")
+        if self.repetition_penalty <= 0:
+            raise UserError(f"repetition penalty must be > 0, got {self.repetition_penalty}")
+        if self.penalty_window < 0:
+            raise UserError(f"penalty window must be >= 0, got {self.penalty_window}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+STUDY_SAMPLING = SamplingConfig(temperature=1.0, top_k=50, top_p=0.9, repetition_penalty=1.1, penalty_window=16)
+
+
+class LogitsProcessor:
+    """Applies a `SamplingConfig` to rows of logits.
+
+    Row j of `logits` predicts the token at position `start + j` of `ids`, so its context is
+    `ids[:start + j]` (the repetition penalty looks at that context only).
+    """
+
+    def __init__(self, config: SamplingConfig) -> None:
+        self.config = config
+
+    def penalize(self, logits: torch.Tensor, ids: Sequence[int], start: int) -> torch.Tensor:
+        """logits: [n, V]. Returns float32 logits with the repetition penalty applied (never
+        modifies its input)."""
+        penalty = self.config.repetition_penalty
+        if penalty == 1.0:
+            return logits.float()
+        logits = logits.float().clone()
+        window = self.config.penalty_window
+        for j in range(logits.shape[0]):
+            end = start + j
+            seen = ids[max(0, end - window) if window else 0 : end]
+            if not seen:
+                continue
+            index = torch.tensor(seen, dtype=torch.long, device=logits.device)
+            picked = logits[j, index]
+            logits[j, index] = torch.where(picked > 0, picked / penalty, picked * penalty)
+        return logits
+
+    def greedy_tokens(self, logits: torch.Tensor, ids: Sequence[int], start: int) -> list[int]:
+        """The argmax token of each row after the repetition penalty."""
+        return self.penalize(logits, ids, start).argmax(dim=-1).tolist()
+
+    def probs(self, logits: torch.Tensor, ids: Sequence[int], start: int) -> torch.Tensor:
+        """[n, V] sampling distribution of each row, zero outside the top-k / top-p sets."""
+        cfg = self.config
+        scores = self.penalize(logits, ids, start) / cfg.temperature
+        vocab = scores.shape[-1]
+        if cfg.top_k and cfg.top_k < vocab:
+            # Work on the k best only: sorting 262k logits per row would dominate the step.
+            kept_scores, kept_index = torch.topk(scores, cfg.top_k, dim=-1)
+            kept_probs = _nucleus(kept_scores, cfg.top_p)
+            return torch.zeros_like(scores).scatter_(-1, kept_index, kept_probs)
+        if cfg.top_p < 1.0:
+            sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
+            return torch.zeros_like(scores).scatter_(-1, order, _nucleus(sorted_scores, cfg.top_p))
+        return torch.softmax(scores, dim=-1)
+
+
+def _nucleus(sorted_scores: torch.Tensor, top_p: float) -> torch.Tensor:
+    """sorted_scores: [n, m] in descending order. Keeps the smallest prefix whose mass reaches
+    top_p (at least one token) and returns its renormalised probabilities, [n, m]."""
+    probs = torch.softmax(sorted_scores, dim=-1)
+    if top_p < 1.0:
+        mass_before = probs.cumsum(dim=-1) - probs
+        probs = probs.masked_fill(mass_before >= top_p, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """Draw one token id from a [V] distribution."""
+    return int(torch.multinomial(probs, 1, generator=generator).item())
