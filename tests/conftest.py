@@ -13,6 +13,9 @@ import torch
 
 from polyspec.models import LoadedModel
 
+# Tiny models gain nothing from a second thread, and tests share the machine.
+torch.set_num_threads(1)
+
 VOCAB_WORDS = 60  # plus 4 special tokens
 SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]
 

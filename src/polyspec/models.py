@@ -61,8 +61,18 @@ def hub_reachable(timeout: float = 3.0) -> bool:
     return True
 
 
+def resolve_name(name: str) -> str:
+    """Names of embedded assets ('gemma3-270m', 'qwen3.5', ...) resolve to their local copies."""
+    try:
+        from polyspec.assets.store import resolve_model_name
+    except ImportError:
+        return name
+    return resolve_model_name(name)
+
+
 def _from_pretrained(loader, name: str, **kwargs):
     """Load from a local directory, the local hub cache, or the hub, with one clear error."""
+    name = resolve_name(name)
     if Path(name).exists():
         if not Path(name).is_dir():
             raise UserError(f"model path {name!r} is not a directory holding a model")
@@ -172,6 +182,8 @@ class CachedLM:
         """Cut the cache back to its first `length` tokens (also trims sliding windows)."""
         if length > self.length:
             raise ValueError(f"cannot roll back to {length} tokens: only {self.length} cached")
+        if not self._recording:  # nothing fed yet
+            return
         self.cache.crop(length - self.length)
         self.length = length
 
