@@ -1,0 +1,173 @@
+"""`polyspec ngram`: train, inspect and merge n-gram models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from polyspec.errors import UserError
+
+ngram_app = typer.Typer(
+    name="ngram",
+    help="Train, inspect and merge n-gram drafter models.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+BACKOFF_CHOICES = ("longest", "none")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(ngram_app, name="ngram")
+
+
+def parse_backoff(value: str) -> bool:
+    if value not in BACKOFF_CHOICES:
+        raise UserError(f"backoff must be one of {', '.join(BACKOFF_CHOICES)}, got {value!r}")
+    return value == "longest"
+
+
+def parse_ids(text: str) -> list[int]:
+    """'1,2,3' -> [1, 2, 3]; '' is the empty context."""
+    ids = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if not part.isdigit():
+            raise UserError(f"context ids must be comma-separated non-negative integers, got {part!r}")
+        ids.append(int(part))
+    return ids
+
+
+@ngram_app.command()
+def train(
+    tokenizer: Annotated[str, typer.Option(help="Tokenizer: a tokenizer or model directory, or a hub id.")],
+    out: Annotated[Path, typer.Option(help="Model file to write.")],
+    corpus: Annotated[
+        list[Path], typer.Option(help="Corpus files or directories: .txt, .jsonl, .tsv, .gz of these.")
+    ],
+    more_corpus: Annotated[
+        list[Path] | None, typer.Argument(help="More corpus paths.", show_default=False)
+    ] = None,
+    order: Annotated[int, typer.Option(help="N-gram order, 1 to 8.")] = 2,
+    min_count: Annotated[int, typer.Option(help="Drop n-grams (order >= 2) seen fewer times.")] = 1,
+    text_field: Annotated[str, typer.Option(help="JSONL field holding the text.")] = "text",
+    column: Annotated[
+        str, typer.Option(help="TSV column: 0-based number, or a name from the header line.")
+    ] = "0",
+    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+) -> None:
+    """Count n-grams of a corpus in a tokenizer's tokens (each line or record is one document)."""
+    from polyspec.ngram.corpus import RecordFormat
+    from polyspec.ngram.train import train as run_training
+
+    report = run_training(
+        tokenizer,
+        [*corpus, *(more_corpus or [])],
+        order,
+        out,
+        min_count=min_count,
+        record_format=RecordFormat(text_field=text_field, column=column),
+        show_progress=progress,
+    )
+    if as_json:
+        print(json.dumps(report.to_dict()))
+        return
+    print(f"wrote {report.out} ({report.file_size:,} bytes) in {report.seconds:.1f} s")
+    print(f"documents: {report.documents:,}  tokens: {report.tokens:,}")
+    for n, count in enumerate(report.ngrams, start=1):
+        print(f"{n}-grams: {count:,}")
+    print(f"tokenising {report.tokenize_seconds:.1f} s, counting {report.count_seconds:.1f} s")
+
+
+@ngram_app.command()
+def top(
+    model: Annotated[Path, typer.Option(help="N-gram model file.")],
+    context_ids: Annotated[
+        str, typer.Option(help="Context token ids, comma-separated (last order-1 used).")
+    ] = "",
+    k: Annotated[int, typer.Option(help="How many candidates.")] = 5,
+    backoff: Annotated[
+        str, typer.Option(help="longest: back off to the longest seen suffix; none: exact only.")
+    ] = ("longest"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """The most probable next tokens after a context."""
+    from polyspec.ngram.query import NGramModel
+    from polyspec.ngram.storage import load
+
+    use_backoff = parse_backoff(backoff)
+    if k < 1:
+        raise UserError(f"k must be >= 1, got {k}")
+    ids = parse_ids(context_ids)
+    candidates = NGramModel(load(model)).top(ids, k, backoff=use_backoff)
+    if as_json:
+        print(json.dumps({"candidates": [c.to_dict() for c in candidates]}))
+        return
+    if not candidates:
+        print("context not seen (no back-off): no candidates")
+    for c in candidates:
+        print(f"{c.token_id}\tprob {c.prob:.4f}\tcount {c.count}\torder {c.order}")
+
+
+def stats_dict(stored) -> dict:
+    ngrams = stored.ngram_counts()
+    return {
+        "order": stored.order,
+        "vocab_size": stored.fingerprint.vocab_size,
+        "vocab_sha256": stored.fingerprint.vocab_sha256,
+        "ngrams_per_order": {str(n): count for n, count in enumerate(ngrams, start=1)},
+        "ngrams_total": sum(ngrams),
+        "tokens": stored.num_tokens,
+        "documents": stored.documents,
+        "min_count": stored.min_count,
+        "file_size": stored.file_size,
+        "bytes_per_ngram": stored.file_size / max(1, sum(ngrams)),
+    }
+
+
+@ngram_app.command()
+def stats(
+    model: Annotated[Path, typer.Argument(help="N-gram model file.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """What a model file holds."""
+    from polyspec.ngram.storage import load
+
+    info = stats_dict(load(model))
+    if as_json:
+        print(json.dumps(info))
+        return
+    print(f"order {info['order']}, vocabulary {info['vocab_size']:,} tokens")
+    print(
+        f"trained on {info['tokens']:,} tokens in {info['documents']:,} documents "
+        f"(min count {info['min_count']})"
+    )
+    for n, count in info["ngrams_per_order"].items():
+        print(f"{n}-grams: {count:,}")
+    print(f"file size {info['file_size']:,} bytes ({info['bytes_per_ngram']:.2f} bytes per n-gram)")
+
+
+@ngram_app.command()
+def merge(
+    models: Annotated[list[Path], typer.Argument(help="Model files to merge (same tokenizer and order).")],
+    out: Annotated[Path, typer.Option(help="Merged model file to write.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the merged model's stats as JSON.")] = False,
+) -> None:
+    """Add the counts of several models into one."""
+    from polyspec.ngram.merging import merge_files
+
+    info = stats_dict(merge_files(models, out))
+    if as_json:
+        print(json.dumps(info))
+        return
+    print(
+        f"wrote {out} ({info['file_size']:,} bytes): {info['tokens']:,} tokens, "
+        f"{info['ngrams_total']:,} n-grams"
+    )
