@@ -9,9 +9,9 @@ import random
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_gemma, tiny_llama
 from scipy import stats
 
-from conftest import tiny_gemma, tiny_llama
 from polyspec.decoding import Decoder
 from polyspec.drafters.model import ModelDrafter
 from polyspec.drafters.prompt_lookup import PromptLookupDrafter
@@ -64,7 +64,9 @@ def test_greedy_identity_with_transformers_for_every_drafter_and_gamma(verifier,
     accepted_any = set()
     for prompt in random_prompts(12, seed=0):
         expected = hf_greedy(verifier.model, prompt, max_new)
-        for (name, drafter), gamma in itertools.product(drafters(verifier, draft_model).items(), [1, 2, 3, 5]):
+        for (name, drafter), gamma in itertools.product(
+            drafters(verifier, draft_model).items(), [1, 2, 3, 5]
+        ):
             result = decoder.generate(prompt, drafter, gamma=gamma, max_new_tokens=max_new)
             assert result.token_ids == expected, (name, gamma, prompt)
             assert result.stats.new_tokens == len(expected)
@@ -90,7 +92,9 @@ def test_greedy_identity_on_a_model_without_sliding_window(tokenizer, tmp_path):
     decoder = Decoder(llama)
     for prompt in random_prompts(5, seed=2):
         expected = hf_greedy(llama.model, prompt, 30)
-        assert decoder.generate(prompt, PromptLookupDrafter(), gamma=4, max_new_tokens=30).token_ids == expected
+        assert (
+            decoder.generate(prompt, PromptLookupDrafter(), gamma=4, max_new_tokens=30).token_ids == expected
+        )
 
 
 def test_never_more_than_max_new_tokens_and_eos_stops(verifier):
@@ -101,7 +105,9 @@ def test_never_more_than_max_new_tokens_and_eos_stops(verifier):
         assert len(result.token_ids) == max_new and result.stop_reason == "length"
     plain = decoder.generate(prompt, None, max_new_tokens=20)
     eos = plain.token_ids[4]  # pretend the fifth token is the end of sequence
-    result = decoder.generate(prompt, PromptLookupDrafter(), gamma=5, max_new_tokens=20, eos_token_ids=frozenset({eos}))
+    result = decoder.generate(
+        prompt, PromptLookupDrafter(), gamma=5, max_new_tokens=20, eos_token_ids=frozenset({eos})
+    )
     first = plain.token_ids.index(eos)
     assert result.token_ids == plain.token_ids[: first + 1] and result.stop_reason == "eos"
 
@@ -120,12 +126,14 @@ def test_stop_string_cuts_after_the_completing_token(verifier):
 
 def test_statistics_are_consistent(verifier, draft_model):
     decoder = Decoder(verifier)
-    result = decoder.generate([2, 4, 5, 4, 5, 4, 5], ModelDrafter(draft_model, verifier.vocab_size), gamma=4, max_new_tokens=30)
+    result = decoder.generate(
+        [2, 4, 5, 4, 5, 4, 5], ModelDrafter(draft_model, verifier.vocab_size), gamma=4, max_new_tokens=30
+    )
     s = result.stats
     assert s.new_tokens == s.accepted + s.verifier_calls  # each call adds its accepted tokens plus one
     assert s.accepted <= s.drafted <= s.proposed
     assert s.reached[0] >= max(s.reached) and sum(s.accepted_at) == s.accepted
-    assert 0 < s.draft_seconds and 0 < s.verify_seconds and s.draft_seconds + s.verify_seconds <= s.seconds
+    assert s.draft_seconds > 0 and s.verify_seconds > 0 and s.draft_seconds + s.verify_seconds <= s.seconds
 
 
 @pytest.mark.parametrize("factory", [tiny_gemma, tiny_llama])
@@ -202,7 +210,13 @@ def test_sampled_output_follows_the_exact_distribution(verifier, draft_model, dr
     samples, accepted = [], 0
     for seed in range(trials):
         result = decoder.generate(
-            prompt, drafter, gamma=3, sampling=SAMPLING, max_new_tokens=steps, seed=seed, eos_token_ids=frozenset()
+            prompt,
+            drafter,
+            gamma=3,
+            sampling=SAMPLING,
+            max_new_tokens=steps,
+            seed=seed,
+            eos_token_ids=frozenset(),
         )
         samples.append(tuple(result.token_ids))
         accepted += result.stats.accepted
@@ -213,7 +227,10 @@ def test_sampled_output_follows_the_exact_distribution(verifier, draft_model, dr
 
 def test_sampling_is_reproducible_with_a_seed(verifier):
     decoder = Decoder(verifier)
-    runs = [decoder.generate([2, 5, 6], PromptLookupDrafter(), sampling=SAMPLING, max_new_tokens=15, seed=4) for _ in range(2)]
+    runs = [
+        decoder.generate([2, 5, 6], PromptLookupDrafter(), sampling=SAMPLING, max_new_tokens=15, seed=4)
+        for _ in range(2)
+    ]
     assert runs[0].token_ids == runs[1].token_ids
 
 

@@ -37,7 +37,9 @@ def default_verifier() -> str:
 @app.command()
 def generate(
     verifier: Annotated[str, typer.Option(help="Verifier: local path or hub id (default: embedded).")] = "",
-    drafter: Annotated[str, typer.Option(help="none | prompt-lookup[:MIN-MAX] | ngram:PATH | model:PATH_OR_ID")] = "none",
+    drafter: Annotated[
+        str, typer.Option(help="none | prompt-lookup[:MIN-MAX] | ngram:PATH | model:PATH_OR_ID")
+    ] = "none",
     gamma: Annotated[int, typer.Option(help="Draft length per verifier call.")] = 3,
     prompt: Annotated[str | None, typer.Option(help="Prompt text.")] = None,
     prompt_file: Annotated[Path | None, typer.Option(help="Read the prompt from this file.")] = None,
@@ -46,7 +48,9 @@ def generate(
     top_k: Annotated[int, typer.Option(help="0 = off.")] = 0,
     top_p: Annotated[float, typer.Option(help="1 = off.")] = 1.0,
     repetition_penalty: Annotated[float, typer.Option(help="1 = off.")] = 1.0,
-    penalty_window: Annotated[int, typer.Option(help="Tokens the repetition penalty looks back; 0 = all.")] = 0,
+    penalty_window: Annotated[
+        int, typer.Option(help="Tokens the repetition penalty looks back; 0 = all.")
+    ] = 0,
     stop: Annotated[list[str] | None, typer.Option(help="Stop string (repeatable).")] = None,
     seed: Annotated[int, typer.Option(help="Random seed for sampling.")] = 0,
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16")] = "auto",
@@ -82,7 +86,11 @@ def generate(
     )
     if as_json:
         stats = result.stats.to_dict()
-        print(json.dumps({"text": result.text, "token_ids": result.token_ids, "stats": stats}, ensure_ascii=False))
+        print(
+            json.dumps(
+                {"text": result.text, "token_ids": result.token_ids, "stats": stats}, ensure_ascii=False
+            )
+        )
         return
     from rich.console import Console
 
@@ -103,7 +111,9 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
         try:
             prompt = prompt_file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"cannot read prompt file {str(prompt_file)!r}: {exc.__class__.__name__}") from exc
+            raise UserError(
+                f"cannot read prompt file {str(prompt_file)!r}: {exc.__class__.__name__}"
+            ) from exc
     if not prompt or not prompt.strip():
         raise UserError("the prompt is empty")
     return prompt
@@ -126,8 +136,17 @@ def _register_subcommands() -> None:
 _register_subcommands()
 
 
+def quiet_transformers() -> None:
+    """Keep stderr for our own messages: no weight-loading bars or library warnings."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
+
+
 def main() -> None:
     try:
+        quiet_transformers()
         app(standalone_mode=False)
     except UserError as exc:
         print(f"polyspec: error: {exc}", file=sys.stderr)

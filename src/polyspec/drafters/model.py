@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 
 from polyspec.errors import UserError
-from polyspec.models import CachedLM, LoadedModel
+from polyspec.models import CachedLM, LoadedModel, load_model, load_tokenizer, resolve_dtype
 from polyspec.sampling import LogitsProcessor, sample
 from polyspec.types import EMPTY_DRAFT, Draft
 
@@ -84,7 +84,8 @@ def make(argument: str, verifier: LoadedModel) -> ModelDrafter:
     device = str(verifier.device)
     dtype = next(verifier.model.parameters()).dtype
     dtype_name = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype]
-    draft = LoadedModel.load(argument, dtype=dtype_name, device=device)
-    if not same_vocabulary(draft.tokenizer, verifier.tokenizer):
+    tokenizer = load_tokenizer(argument)
+    if not same_vocabulary(tokenizer, verifier.tokenizer):
         raise UserError(f"drafter {argument!r} uses another vocabulary than the verifier {verifier.name!r}")
-    return ModelDrafter(draft, verifier.vocab_size)
+    model = load_model(argument, resolve_dtype(dtype_name, device), device)
+    return ModelDrafter(LoadedModel(model=model, tokenizer=tokenizer, name=argument), verifier.vocab_size)
