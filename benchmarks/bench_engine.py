@@ -108,9 +108,7 @@ def main() -> None:
                     "forward_per_call": (timer.seconds / timer.calls) if step_forwards else 0.0,
                 }
             row["hf_plain_tokens"], row["hf_plain_seconds"] = hf_generate(model, ids, args.max_new_tokens)
-            row["hf_lookup_tokens"], row["hf_lookup_seconds"] = hf_generate(
-                model, ids, args.max_new_tokens, args.gamma
-            )
+            row["hf_lookup_tokens"], row["hf_lookup_seconds"] = hf_generate(model, ids, args.max_new_tokens, args.gamma)
             rows.append(row)
             print(
                 f"prompt {index} rep {repeat}: plain {row['plain']['tokens_per_second']:.1f} tok/s, "

@@ -56,9 +56,7 @@ CONFIGS = [
     target_config=st.sampled_from(CONFIGS),
     draft_config=st.sampled_from(CONFIGS),
 )
-def test_output_is_the_target_for_any_draft_distribution(
-    target_seed, draft_seed, target_config, draft_config
-):
+def test_output_is_the_target_for_any_draft_distribution(target_seed, draft_seed, target_config, draft_config):
     target = processed(target_seed, target_config)
     draft = processed(draft_seed, draft_config)
     torch.testing.assert_close(output_distribution(target, draft), target.double(), atol=1e-6, rtol=0)

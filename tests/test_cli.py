@@ -34,9 +34,7 @@ def test_generate_json_matches_transformers_greedy(monkeypatch, capsys, verifier
     result = json.loads(out)
     ids = verifier.tokenizer(prompt)["input_ids"]
     assert ids[0] == 2  # BOS added by the tokenizer's defaults
-    expected = verifier.model.generate(
-        torch.tensor([ids]), do_sample=False, max_new_tokens=25, pad_token_id=0
-    )
+    expected = verifier.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=25, pad_token_id=0)
     assert result["token_ids"] == expected[0, len(ids) :].tolist()
     assert set(result["stats"]) >= {
         "drafted", "accepted", "acceptance_rate", "verifier_calls", "tokens_per_call",
@@ -53,9 +51,7 @@ def other_vocab_dir(tmp_path_factory):
     vocab = {token: i for i, token in enumerate(SPECIALS)} | {f"x{i}": i + 4 for i in range(60)}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>"
-    )
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>")
     return save(tiny_gemma(seed=9, layers=2), tokenizer, tmp_path_factory.mktemp("other"))
 
 

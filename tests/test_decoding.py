@@ -64,9 +64,7 @@ def test_greedy_identity_with_transformers_for_every_drafter_and_gamma(verifier,
     accepted_any = set()
     for prompt in random_prompts(12, seed=0):
         expected = hf_greedy(verifier.model, prompt, max_new)
-        for (name, drafter), gamma in itertools.product(
-            drafters(verifier, draft_model).items(), [1, 2, 3, 5]
-        ):
+        for (name, drafter), gamma in itertools.product(drafters(verifier, draft_model).items(), [1, 2, 3, 5]):
             result = decoder.generate(prompt, drafter, gamma=gamma, max_new_tokens=max_new)
             assert result.token_ids == expected, (name, gamma, prompt)
             assert result.stats.new_tokens == len(expected)
@@ -92,9 +90,7 @@ def test_greedy_identity_on_a_model_without_sliding_window(tokenizer, tmp_path):
     decoder = Decoder(llama)
     for prompt in random_prompts(5, seed=2):
         expected = hf_greedy(llama.model, prompt, 30)
-        assert (
-            decoder.generate(prompt, PromptLookupDrafter(), gamma=4, max_new_tokens=30).token_ids == expected
-        )
+        assert decoder.generate(prompt, PromptLookupDrafter(), gamma=4, max_new_tokens=30).token_ids == expected
 
 
 def test_never_more_than_max_new_tokens_and_eos_stops(verifier):
@@ -105,9 +101,7 @@ def test_never_more_than_max_new_tokens_and_eos_stops(verifier):
         assert len(result.token_ids) == max_new and result.stop_reason == "length"
     plain = decoder.generate(prompt, None, max_new_tokens=20)
     eos = plain.token_ids[4]  # pretend the fifth token is the end of sequence
-    result = decoder.generate(
-        prompt, PromptLookupDrafter(), gamma=5, max_new_tokens=20, eos_token_ids=frozenset({eos})
-    )
+    result = decoder.generate(prompt, PromptLookupDrafter(), gamma=5, max_new_tokens=20, eos_token_ids=frozenset({eos}))
     first = plain.token_ids.index(eos)
     assert result.token_ids == plain.token_ids[: first + 1] and result.stop_reason == "eos"
 

@@ -32,9 +32,7 @@ def acceptance_probability(target_probs: torch.Tensor, draft_probs: torch.Tensor
     return min(1.0, float(target_probs[token]) / draft_p)
 
 
-def residual_distribution(
-    target_probs: torch.Tensor, draft_probs: torch.Tensor | None, token: int
-) -> torch.Tensor:
+def residual_distribution(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, token: int) -> torch.Tensor:
     """norm(max(0, p - q)), [V]: where the recovered token is drawn after rejecting `token`."""
     if draft_probs is None:
         residual = target_probs.clone()

@@ -48,9 +48,7 @@ def generate(
     top_k: Annotated[int, typer.Option(help="0 = off.")] = 0,
     top_p: Annotated[float, typer.Option(help="1 = off.")] = 1.0,
     repetition_penalty: Annotated[float, typer.Option(help="1 = off.")] = 1.0,
-    penalty_window: Annotated[
-        int, typer.Option(help="Tokens the repetition penalty looks back; 0 = all.")
-    ] = 0,
+    penalty_window: Annotated[int, typer.Option(help="Tokens the repetition penalty looks back; 0 = all.")] = 0,
     stop: Annotated[list[str] | None, typer.Option(help="Stop string (repeatable).")] = None,
     seed: Annotated[int, typer.Option(help="Random seed for sampling.")] = 0,
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16")] = "auto",
@@ -86,11 +84,7 @@ def generate(
     )
     if as_json:
         stats = result.stats.to_dict()
-        print(
-            json.dumps(
-                {"text": result.text, "token_ids": result.token_ids, "stats": stats}, ensure_ascii=False
-            )
-        )
+        print(json.dumps({"text": result.text, "token_ids": result.token_ids, "stats": stats}, ensure_ascii=False))
         return
     from rich.console import Console
 
@@ -111,9 +105,7 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
         try:
             prompt = prompt_file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(
-                f"cannot read prompt file {str(prompt_file)!r}: {exc.__class__.__name__}"
-            ) from exc
+            raise UserError(f"cannot read prompt file {str(prompt_file)!r}: {exc.__class__.__name__}") from exc
     if not prompt or not prompt.strip():
         raise UserError("the prompt is empty")
     return prompt

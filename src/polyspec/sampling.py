@@ -45,9 +45,7 @@ class SamplingConfig:
         return self.temperature == 0
 
 
-STUDY_SAMPLING = SamplingConfig(
-    temperature=1.0, top_k=50, top_p=0.9, repetition_penalty=1.1, penalty_window=16
-)
+STUDY_SAMPLING = SamplingConfig(temperature=1.0, top_k=50, top_p=0.9, repetition_penalty=1.1, penalty_window=16)
 
 
 class LogitsProcessor:

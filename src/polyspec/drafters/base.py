@@ -23,9 +23,7 @@ if TYPE_CHECKING:
 
 
 class Drafter(Protocol):
-    def start(
-        self, prompt_ids: Sequence[int], processor: LogitsProcessor, generator: torch.Generator
-    ) -> None:
+    def start(self, prompt_ids: Sequence[int], processor: LogitsProcessor, generator: torch.Generator) -> None:
         """A new sequence begins. `processor` says how the verifier turns logits into choices
         (greedy or sampling); a drafter that samples draws from `generator`."""
 
@@ -68,9 +66,7 @@ _FACTORIES = {
 def parse_spec(spec: str) -> DrafterSpec:
     kind, _, argument = spec.partition(":")
     if kind not in _FACTORIES:
-        raise UserError(
-            f"unknown drafter {spec!r}: use one of none, prompt-lookup, ngram:PATH, model:PATH_OR_ID"
-        )
+        raise UserError(f"unknown drafter {spec!r}: use one of none, prompt-lookup, ngram:PATH, model:PATH_OR_ID")
     return DrafterSpec(kind=kind, argument=argument)
 
 
