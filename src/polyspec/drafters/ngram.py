@@ -71,9 +71,7 @@ def parse_argument(argument: str) -> NGramOptions:
         settings[key] = value
     unknown = set(settings) - {"backoff", "min_prob", "context_order"}
     if unknown:
-        raise UserError(
-            f"unknown n-gram drafter option {sorted(unknown)[0]!r}: use backoff, min_prob or context_order"
-        )
+        raise UserError(f"unknown n-gram drafter option {sorted(unknown)[0]!r}: use backoff, min_prob or context_order")
     backoff = settings.get("backoff", "longest")
     if backoff not in ("longest", "none"):
         raise UserError(f"n-gram drafter backoff must be longest or none, got {backoff!r}")
@@ -82,9 +80,7 @@ def parse_argument(argument: str) -> NGramOptions:
         raise UserError(f"n-gram drafter min_prob must be in [0, 1], got {min_prob}")
     context_order = _number(settings.get("context_order", "4"), "context_order", int)
     if not 2 <= context_order <= MAX_ORDER:
-        raise UserError(
-            f"n-gram drafter context_order must be between 2 and {MAX_ORDER}, got {context_order}"
-        )
+        raise UserError(f"n-gram drafter context_order must be between 2 and {MAX_ORDER}, got {context_order}")
     return NGramOptions(path, use_context, backoff == "longest", min_prob, context_order)
 
 
@@ -229,38 +225,47 @@ class NGramDrafter:
                 return None
         return tokens, counts / counts.sum()
 
-    def _propose_sampled(self, window: list[int], k: int) -> Draft:
+    def _uniform(self) -> float:
+        """One uniform draw in [0, 1) from the generator the engine seeded."""
         generator = self.generator
-        device = generator.device if generator is not None else torch.device("cpu")
-        size = self.window
+        device = generator.device if generator is not None else "cpu"
+        return float(torch.rand((), generator=generator, device=device))
+
+    def _propose_sampled(self, window: list[int], k: int) -> Draft:
+        # Rows are filled in numpy: a zeroed [k, V] array costs nothing until written, while
+        # small torch ops pay thread-pool overhead that dominates on a busy machine.
+        rows = np.zeros((k, self.vocab_size), dtype=np.float32)
+        size, usable, min_prob = self.window, self.usable_vocab, self.options.min_prob
         tokens: list[int] = []
-        rows: list[torch.Tensor] = []
-        for _ in range(k):
+        for i in range(k):
             distribution = self._distribution(window)
-            row = torch.zeros(self.vocab_size, dtype=torch.float32, device=device)
             if distribution is None:
                 # The study's fallback for an unseen context: uniform over the vocabulary.
-                if 1.0 / self.usable_vocab < self.options.min_prob:
+                if 1.0 / usable < min_prob:
                     break
-                row[: self.usable_vocab] = 1.0 / self.usable_vocab
-                token = int(torch.randint(self.usable_vocab, (1,), generator=generator, device=device))
+                rows[i, :usable] = 1.0 / usable
+                token = min(int(self._uniform() * usable), usable - 1)
             else:
                 ids, probs = distribution
-                if probs.max() < self.options.min_prob:
+                if probs.max() < min_prob:
                     break
-                index = torch.from_numpy(ids).to(device)
-                row[index] = torch.from_numpy(probs.astype(np.float32)).to(device)
-                # Draw from the very row handed to the verifier.
-                token = int(index[torch.multinomial(row[index], 1, generator=generator)])
+                row_probs = probs.astype(np.float32)
+                rows[i, ids] = row_probs
+                # Draw from the very values handed to the verifier (inverse CDF of the row).
+                cumulative = np.cumsum(row_probs, dtype=np.float64)
+                pick = int(np.searchsorted(cumulative, self._uniform() * cumulative[-1], side="right"))
+                token = int(ids[min(pick, len(ids) - 1)])
             tokens.append(token)
-            rows.append(row)
             if size:
                 window.append(token)
                 if len(window) > size:
                     del window[0]
         if not tokens:
             return EMPTY_DRAFT
-        return Draft(tokens=tokens, probs=torch.stack(rows))
+        probs = torch.from_numpy(rows[: len(tokens)])
+        if self.generator is not None and self.generator.device.type != "cpu":
+            probs = probs.to(self.generator.device)
+        return Draft(tokens=tokens, probs=probs)
 
 
 def make(argument: str, verifier) -> NGramDrafter:

@@ -48,18 +48,12 @@ def parse_ids(text: str) -> list[int]:
 def train(
     tokenizer: Annotated[str, typer.Option(help="Tokenizer: a tokenizer or model directory, or a hub id.")],
     out: Annotated[Path, typer.Option(help="Model file to write.")],
-    corpus: Annotated[
-        list[Path], typer.Option(help="Corpus files or directories: .txt, .jsonl, .tsv, .gz of these.")
-    ],
-    more_corpus: Annotated[
-        list[Path] | None, typer.Argument(help="More corpus paths.", show_default=False)
-    ] = None,
+    corpus: Annotated[list[Path], typer.Option(help="Corpus files or directories: .txt, .jsonl, .tsv, .gz of these.")],
+    more_corpus: Annotated[list[Path] | None, typer.Argument(help="More corpus paths.", show_default=False)] = None,
     order: Annotated[int, typer.Option(help="N-gram order, 1 to 8.")] = 2,
     min_count: Annotated[int, typer.Option(help="Drop n-grams (order >= 2) seen fewer times.")] = 1,
     text_field: Annotated[str, typer.Option(help="JSONL field holding the text.")] = "text",
-    column: Annotated[
-        str, typer.Option(help="TSV column: 0-based number, or a name from the header line.")
-    ] = "0",
+    column: Annotated[str, typer.Option(help="TSV column: 0-based number, or a name from the header line.")] = "0",
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
 ) -> None:
@@ -89,13 +83,11 @@ def train(
 @ngram_app.command()
 def top(
     model: Annotated[Path, typer.Option(help="N-gram model file.")],
-    context_ids: Annotated[
-        str, typer.Option(help="Context token ids, comma-separated (last order-1 used).")
-    ] = "",
+    context_ids: Annotated[str, typer.Option(help="Context token ids, comma-separated (last order-1 used).")] = "",
     k: Annotated[int, typer.Option(help="How many candidates.")] = 5,
-    backoff: Annotated[
-        str, typer.Option(help="longest: back off to the longest seen suffix; none: exact only.")
-    ] = ("longest"),
+    backoff: Annotated[str, typer.Option(help="longest: back off to the longest seen suffix; none: exact only.")] = (
+        "longest"
+    ),
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """The most probable next tokens after a context."""
@@ -145,10 +137,7 @@ def stats(
         print(json.dumps(info))
         return
     print(f"order {info['order']}, vocabulary {info['vocab_size']:,} tokens")
-    print(
-        f"trained on {info['tokens']:,} tokens in {info['documents']:,} documents "
-        f"(min count {info['min_count']})"
-    )
+    print(f"trained on {info['tokens']:,} tokens in {info['documents']:,} documents (min count {info['min_count']})")
     for n, count in info["ngrams_per_order"].items():
         print(f"{n}-grams: {count:,}")
     print(f"file size {info['file_size']:,} bytes ({info['bytes_per_ngram']:.2f} bytes per n-gram)")
@@ -167,7 +156,4 @@ def merge(
     if as_json:
         print(json.dumps(info))
         return
-    print(
-        f"wrote {out} ({info['file_size']:,} bytes): {info['tokens']:,} tokens, "
-        f"{info['ngrams_total']:,} n-grams"
-    )
+    print(f"wrote {out} ({info['file_size']:,} bytes): {info['tokens']:,} tokens, {info['ngrams_total']:,} n-grams")

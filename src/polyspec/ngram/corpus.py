@@ -149,9 +149,7 @@ def _jsonl_texts(lines: list[str], path: Path, first_line: int, field: str) -> l
             raise UserError(f"corpus {str(path)!r} line {first_line + offset} has no field {field!r}")
         text = record[field]
         if not isinstance(text, str):
-            raise UserError(
-                f"corpus {str(path)!r} line {first_line + offset}: field {field!r} is not a string"
-            )
+            raise UserError(f"corpus {str(path)!r} line {first_line + offset}: field {field!r} is not a string")
         if text:
             texts.append(text)
     return texts
@@ -176,8 +174,7 @@ def _tsv_texts(lines: list[str], path: Path, first_line: int, column: int) -> li
         cells = line.split("\t")
         if column >= len(cells):
             raise UserError(
-                f"corpus {str(path)!r} line {first_line + offset} has {len(cells)} columns, "
-                f"no column {column}"
+                f"corpus {str(path)!r} line {first_line + offset} has {len(cells)} columns, no column {column}"
             )
         if cells[column]:
             texts.append(cells[column])

@@ -18,8 +18,7 @@ def check_compatible(first: StoredModel, other: StoredModel) -> None:
         )
     if other.order != first.order:
         raise UserError(
-            f"cannot merge {str(other.path)!r} (order {other.order}) with "
-            f"{str(first.path)!r} (order {first.order})"
+            f"cannot merge {str(other.path)!r} (order {other.order}) with {str(first.path)!r} (order {first.order})"
         )
 
 

@@ -77,8 +77,7 @@ class NGramModel:
         root_index = np.full(self.vocab_size, -1, dtype=np.int64)
         root_index[stored.tokens[0]] = np.arange(len(stored.tokens[0]))
         best = [
-            best_continuations(self._starts[d], self._tokens[d + 1], self._counts[d + 1])
-            for d in range(self.order)
+            best_continuations(self._starts[d], self._tokens[d + 1], self._counts[d + 1]) for d in range(self.order)
         ]
         self._totals = [totals for _, _, totals in best]
         # Memoryviews for the per-token Python path.
@@ -151,8 +150,6 @@ class NGramModel:
         counts = counts.astype(np.int64)
         chosen = np.lexsort((tokens, -counts))[:k]
         return [
-            Candidate(
-                token_id=int(tokens[i]), prob=int(counts[i]) / total, count=int(counts[i]), order=depth + 1
-            )
+            Candidate(token_id=int(tokens[i]), prob=int(counts[i]) / total, count=int(counts[i]), order=depth + 1)
             for i in chosen
         ]

@@ -139,6 +139,10 @@ def save(trie: Trie, fingerprint: Fingerprint, path: Path) -> int:
             handle.write(digest.digest())
             handle.flush()
             os.fsync(handle.fileno())
+        # mkstemp creates the file private; give it the permissions a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -167,8 +171,7 @@ def load(path: Path | str) -> StoredModel:
     _, version, header_length = _PREFIX.unpack_from(data)
     if version != FORMAT_VERSION:
         raise UserError(
-            f"n-gram model {name!r} has format version {version}; "
-            f"this polyspec reads version {FORMAT_VERSION}"
+            f"n-gram model {name!r} has format version {version}; this polyspec reads version {FORMAT_VERSION}"
         )
     offset = _PREFIX.size + header_length
     if len(data) < offset + _DIGEST_SIZE:
@@ -181,16 +184,12 @@ def load(path: Path | str) -> StoredModel:
             raise ValueError("bad layout")
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"n-gram model {name!r} is corrupt (unreadable header)") from exc
-    expected = offset + sum(
-        dtype.itemsize * length + _pad(dtype.itemsize * length) for _, dtype, length in layout
-    )
+    expected = offset + sum(dtype.itemsize * length + _pad(dtype.itemsize * length) for _, dtype, length in layout)
     expected += _DIGEST_SIZE
     if len(data) < expected:
         raise UserError(f"n-gram model {name!r} is truncated ({len(data)} of {expected} bytes)")
     if len(data) > expected:
-        raise UserError(
-            f"n-gram model {name!r} is corrupt ({len(data) - expected} unexpected trailing bytes)"
-        )
+        raise UserError(f"n-gram model {name!r} is corrupt ({len(data) - expected} unexpected trailing bytes)")
     if hashlib.sha256(memoryview(data)[:-_DIGEST_SIZE]).digest() != data[-_DIGEST_SIZE:]:
         raise UserError(f"n-gram model {name!r} is corrupt (checksum mismatch)")
     arrays: dict[str, np.ndarray] = {}

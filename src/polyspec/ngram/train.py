@@ -95,8 +95,6 @@ def train(
     show_progress: bool = True,
     chunk_tokens: int = CHUNK_TOKENS,
 ) -> TrainReport:
-    from polyspec.models import load_tokenizer
-
     check_order(order)
     if min_count < 1:
         raise UserError(f"min count must be >= 1, got {min_count}")
@@ -104,6 +102,8 @@ def train(
     check_output(out)
     files = corpus_files(list(corpus))
     began = time.perf_counter()
+    from polyspec.models import load_tokenizer  # imports torch: only once the arguments are known good
+
     tokenizer = load_tokenizer(tokenizer_name)
     fingerprint = tokenizer_fingerprint(tokenizer)
     encoder = BatchEncoder(tokenizer)

@@ -44,19 +44,14 @@ class Trie:
         result: dict[tuple[int, ...], int] = {}
         previous: list[tuple[int, ...]] = [()]
         for level in self.levels:
-            grams = [
-                (*previous[p], int(t))
-                for p, t in zip(level.parents.tolist(), level.tokens.tolist(), strict=True)
-            ]
+            grams = [(*previous[p], int(t)) for p, t in zip(level.parents.tolist(), level.tokens.tolist(), strict=True)]
             result.update(zip(grams, level.counts.tolist(), strict=True))
             previous = grams
         return result
 
 
 def empty_trie(order: int, vocab_size: int) -> Trie:
-    levels = [
-        Level(np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.int64)) for _ in range(order)
-    ]
+    levels = [Level(np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.int64)) for _ in range(order)]
     return Trie(vocab_size=vocab_size, levels=levels)
 
 

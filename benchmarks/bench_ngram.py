@@ -1,0 +1,276 @@
+"""Speed and size of the n-gram drafter: tokenising, counting, bytes per n-gram on disk, peak
+memory while training, and microseconds per drafted token.
+
+    python benchmarks/bench_ngram.py --tokenizer TOKENIZER_DIR [--corpus-mb 100] [--workdir DIR]
+
+The corpus: the multilingual running text shipped in the `dataset-build` package (about 5 MB,
+37 languages), once as is, then continued to --corpus-mb with sentences sampled from a
+word-bigram chain fitted to that text (per language), so that n-gram statistics stay text-like
+instead of repeating the same n-grams. Counting is timed on tokens already in memory, the same
+chunked, streamed path `polyspec ngram train` takes; tokenising is timed separately. Peak memory
+is the resident set of a `polyspec ngram train` subprocess over the whole corpus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from polyspec.drafters.ngram import NGramDrafter, NGramOptions
+from polyspec.ngram.corpus import RecordFormat, read_documents
+from polyspec.ngram.counting import CHUNK_TOKENS, ChunkMerger, count_chunk
+from polyspec.ngram.query import NGramModel
+from polyspec.ngram.storage import load, save
+from polyspec.ngram.tokenize import BatchEncoder, ChunkBuffer, tokenizer_fingerprint
+from polyspec.sampling import LogitsProcessor, SamplingConfig
+
+
+def source_lines() -> dict[str, list[str]]:
+    """Non-empty lines of the text shipped in dataset-build, by language directory."""
+    spec = importlib.util.find_spec("dataset_build")  # locate only: the package itself is not imported
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("the dataset-build package is not installed")
+    data = Path(next(iter(spec.submodule_search_locations))) / "data"
+    lines: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(data.rglob("*.txt")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        lines[path.parent.name].extend(line.strip() for line in text.split("\n") if line.strip())
+    return dict(lines)
+
+
+def fit_chains(by_language: dict[str, list[str]]) -> list[tuple[list[str], list[int], dict[str, list[str]]]]:
+    """Per language: sentence-initial words, sentence lengths, and each word's successors."""
+    chains = []
+    for language in sorted(by_language):
+        following: dict[str, list[str]] = defaultdict(list)
+        starts, lengths = [], []
+        for line in by_language[language]:
+            words = line.split()
+            starts.append(words[0])
+            lengths.append(len(words))
+            for a, b in zip(words, words[1:], strict=False):
+                following[a].append(b)
+        chains.append((starts, lengths, following))
+    return chains
+
+
+def sample_sentence(rng: random.Random, chains) -> str:
+    starts, lengths, following = rng.choice(chains)
+    words = [rng.choice(starts)]
+    for _ in range(rng.choice(lengths) - 1):
+        nexts = following.get(words[-1])
+        if not nexts:
+            break
+        words.append(rng.choice(nexts))
+    return " ".join(words)
+
+
+def build_corpus(path: Path, megabytes: float, seed: int = 0) -> int:
+    """The real text once, then sampled sentences up to `megabytes`; returns the size in bytes."""
+    rng = random.Random(seed)
+    by_language = source_lines()
+    chains = fit_chains(by_language)
+    target = int(megabytes * 1e6)
+    written = 0
+    with path.open("w", encoding="utf-8") as out:
+        for lines in by_language.values():
+            for line in lines:
+                out.write(line + "\n")
+                written += len(line.encode()) + 1
+        while written < target:
+            line = sample_sentence(rng, chains)
+            out.write(line + "\n")
+            written += len(line.encode()) + 1
+    return written
+
+
+def tokenize(corpus: Path, tokenizer) -> tuple[list[tuple[np.ndarray, np.ndarray]], float, int]:
+    """Chunks as training makes them, the seconds spent in the tokenizer, and the token count."""
+    encoder = BatchEncoder(tokenizer)
+    buffer = ChunkBuffer(CHUNK_TOKENS)
+    chunks, seconds, total = [], 0.0, 0
+    for documents in read_documents(corpus, RecordFormat()):
+        t0 = time.perf_counter()
+        tokens, lengths = encoder.encode(documents)
+        seconds += time.perf_counter() - t0
+        total += len(tokens)
+        buffer.add(tokens, lengths)
+        if buffer.full:
+            chunks.append(buffer.take())
+    if len(buffer):
+        chunks.append(buffer.take())
+    return chunks, seconds, total
+
+
+def count(chunks, order: int, vocab_size: int):
+    t0 = time.perf_counter()
+    merger = ChunkMerger(order, vocab_size)
+    for tokens, lengths in chunks:
+        merger.add(count_chunk(tokens, lengths, order, vocab_size))
+    trie = merger.result()
+    return trie, time.perf_counter() - t0
+
+
+def peak_training_memory(tokenizer: str, corpus: Path, order: int, out: Path) -> dict:
+    executable = Path(sys.executable).with_name("polyspec")
+    command = [str(executable), "ngram", "train", "--tokenizer", tokenizer, "--corpus", str(corpus),
+               "--order", str(order), "--out", str(out), "--no-progress", "--json"]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    output = process.stdout.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    if status != 0:
+        sys.exit(f"training failed: {' '.join(command)}")
+    report = json.loads(output)
+    report["peak_rss_mb"] = usage.ru_maxrss / 1024  # kilobytes on Linux
+    return report
+
+
+def drafting_speed(model: NGramModel, sequences: list[list[int]], vocab_size: int, options: NGramOptions,
+                   greedy: bool, gamma: int, repeats: int) -> tuple[float, float]:  # fmt: skip
+    """(microseconds per proposed token, mean draft length) over every position of every sequence."""
+    import torch
+
+    drafter = NGramDrafter(model, vocab_size, options)
+    config = SamplingConfig() if greedy else SamplingConfig(temperature=1.0)
+    best = float("inf")
+    for _ in range(repeats):
+        proposed, seconds = 0, 0.0
+        for sequence in sequences:
+            drafter.start(sequence[:1], LogitsProcessor(config), torch.Generator().manual_seed(0))
+            for end in range(1, len(sequence)):
+                context = sequence[:end]
+                t0 = time.perf_counter()
+                draft = drafter.propose(context, gamma)
+                seconds += time.perf_counter() - t0
+                proposed += len(draft)
+        best = min(best, seconds / max(1, proposed))
+    positions = sum(len(s) - 1 for s in sequences)
+    return best * 1e6, proposed / positions
+
+
+def dict_bigram_speed(sequences: list[list[int]], train_tokens: np.ndarray, gamma: int) -> float:
+    """Reference: a plain Python dict from token to its most frequent successor."""
+    pairs: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for a, b in zip(train_tokens[:2_000_000].tolist(), train_tokens[1:2_000_001].tolist(), strict=False):
+        pairs[a][b] += 1
+    best = {a: max(following, key=following.get) for a, following in pairs.items()}
+    proposed, seconds = 0, 0.0
+    for sequence in sequences:
+        for end in range(1, len(sequence)):
+            t0 = time.perf_counter()
+            token, draft = sequence[end - 1], []
+            for _ in range(gamma):
+                token = best.get(token)
+                if token is None:
+                    break
+                draft.append(token)
+            seconds += time.perf_counter() - t0
+            proposed += len(draft)
+    return seconds / proposed * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokenizer", required=True, help="tokenizer or model directory (a real vocabulary)")
+    parser.add_argument("--corpus-mb", type=float, default=100.0)
+    parser.add_argument("--orders", default="1,2,3,4,8")
+    parser.add_argument("--gamma", type=int, default=4)
+    parser.add_argument("--workdir", type=Path, default=None, help="keep corpus and models here")
+    parser.add_argument("--skip-training-memory", action="store_true")
+    parser.add_argument("--json-out", type=Path, default=None)
+    args = parser.parse_args()
+    orders = [int(o) for o in args.orders.split(",")]
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-ngram-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    results: dict = {"load_average": os.getloadavg(), "cpus": os.cpu_count()}
+
+    from polyspec.models import load_tokenizer
+
+    corpus = workdir / "corpus.txt"
+    if not corpus.exists() or abs(corpus.stat().st_size - args.corpus_mb * 1e6) > 1e6:
+        build_corpus(corpus, args.corpus_mb)
+    results["corpus_bytes"] = corpus.stat().st_size
+    tokenizer = load_tokenizer(args.tokenizer)
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    chunks, tokenize_seconds, num_tokens = tokenize(corpus, tokenizer)
+    results["tokens"] = num_tokens
+    results["tokenize_tokens_per_s"] = num_tokens / tokenize_seconds
+    print(f"corpus {results['corpus_bytes'] / 1e6:.1f} MB, {num_tokens:,} tokens, vocabulary {fingerprint.vocab_size}")
+    print(f"tokenising: {results['tokenize_tokens_per_s'] / 1e6:.2f} M tokens/s ({tokenize_seconds:.1f} s)")
+
+    # Text to draft on: half real sentences (seen in training), half fresh sentences sampled
+    # with another seed (partly unseen, so back-off happens), tokenised.
+    rng = random.Random(2)
+    real = [line for lines in source_lines().values() for line in lines]
+    chains = fit_chains(source_lines())
+    sample = rng.sample(real, 150) + [sample_sentence(rng, chains) for _ in range(150)]
+    sequences = [ids for ids in BatchEncoder(tokenizer)._id_lists(sample) if len(ids) > 2]
+
+    results["orders"] = {}
+    for order in orders:
+        trie, seconds = count(chunks, order, fingerprint.vocab_size)
+        path = workdir / f"order{order}.ngram"
+        size = save(trie, fingerprint, path)
+        row = {
+            "count_seconds": seconds,
+            "count_tokens_per_s": num_tokens / seconds,
+            "ngrams": trie.ngram_counts(),
+            "file_bytes": size,
+            "bytes_per_ngram": size / sum(trie.ngram_counts()),
+        }
+        del trie
+        model = NGramModel(load(path))
+        if order <= 4:
+            for label, options, greedy in (
+                ("greedy", NGramOptions(str(path)), True),
+                ("greedy_context", NGramOptions(str(path), use_context=True), True),
+                ("greedy_no_backoff", NGramOptions(str(path), backoff=False), True),
+                ("sampling", NGramOptions(str(path)), False),
+            ):
+                repeats = 1 if not greedy else 3
+                seqs = sequences if greedy else sequences[:40]
+                micros, length = drafting_speed(
+                    model, seqs, fingerprint.vocab_size, options, greedy, args.gamma, repeats
+                )
+                row[f"draft_us_per_token_{label}"] = micros
+                row[f"mean_draft_length_{label}"] = length
+        results["orders"][order] = row
+        drafting = ", ".join(f"{k[19:]} {v:.2f} us" for k, v in row.items() if k.startswith("draft_us"))
+        print(
+            f"order {order}: counting {row['count_tokens_per_s'] / 1e6:.2f} M tokens/s ({seconds:.1f} s), "
+            f"{sum(row['ngrams']):,} n-grams, {row['bytes_per_ngram']:.2f} bytes/n-gram; drafting: {drafting}"
+        )
+    train_tokens = np.concatenate([tokens for tokens, _ in chunks])
+    results["dict_bigram_us_per_token"] = dict_bigram_speed(sequences, train_tokens, args.gamma)
+    print(f"reference dict bigram: {results['dict_bigram_us_per_token']:.2f} us/token")
+    del chunks, train_tokens
+
+    if not args.skip_training_memory:
+        results["training"] = {}
+        for order in (2, 4):
+            report = peak_training_memory(args.tokenizer, corpus, order, workdir / f"train{order}.ngram")
+            results["training"][order] = report
+            print(
+                f"polyspec ngram train --order {order}: peak RSS {report['peak_rss_mb']:.0f} MB, "
+                f"{report['seconds']:.1f} s (tokenising {report['tokenize_seconds']:.1f} s, "
+                f"counting {report['count_seconds']:.1f} s)"
+            )
+    results["load_average_after"] = os.getloadavg()
+    print(f"load average before {results['load_average']}, after {results['load_average_after']}")
+    if args.json_out:
+        args.json_out.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

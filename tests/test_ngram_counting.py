@@ -1,0 +1,108 @@
+"""N-gram counting against a brute-force Counter, for every order, in one chunk and streamed."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from polyspec.ngram import MAX_ORDER
+from polyspec.ngram.counting import ChunkMerger, _distinct, count_chunk
+from polyspec.ngram.trie import merge, prune
+
+
+def random_documents(seed: int, vocab: int, count: int = 40, max_length: int = 25) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    # Few distinct tokens in a small alphabet make repeated n-grams, as in real text.
+    alphabet = rng.choice(vocab, size=min(vocab, 9), replace=False)
+    return [rng.choice(alphabet, size=rng.integers(0, max_length)).tolist() for _ in range(count)]
+
+
+def brute_force(documents: list[list[int]], order: int) -> Counter:
+    counts: Counter = Counter()
+    for document in documents:
+        for n in range(1, order + 1):
+            for i in range(len(document) - n + 1):
+                counts[tuple(document[i : i + n])] += 1
+    return counts
+
+
+def as_arrays(documents: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    tokens = np.array([t for d in documents for t in d], dtype=np.uint32)
+    return tokens, np.array([len(d) for d in documents], dtype=np.int64)
+
+
+def count_streamed(documents, order, vocab, chunk_documents):
+    merger = ChunkMerger(order, vocab)
+    for i in range(0, len(documents), chunk_documents):
+        merger.add(count_chunk(*as_arrays(documents[i : i + chunk_documents]), order, vocab))
+    return merger.result()
+
+
+@pytest.mark.parametrize("order", range(1, MAX_ORDER + 1))
+@pytest.mark.parametrize("vocab", [12, 262_144])
+def test_counts_equal_brute_force(order, vocab):
+    for seed in range(3):
+        documents = random_documents(seed, vocab)
+        expected = brute_force(documents, order)
+        trie = count_chunk(*as_arrays(documents), order, vocab)
+        assert trie.to_dict() == dict(expected)
+        assert trie.num_tokens == sum(map(len, documents))
+        assert trie.documents == sum(1 for d in documents if d)
+
+
+@pytest.mark.parametrize("order", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("chunk_documents", [1, 3, 7])
+def test_streamed_chunks_merge_to_the_same_counts(order, chunk_documents):
+    documents = random_documents(11, 50, count=30)
+    streamed = count_streamed(documents, order, 50, chunk_documents)
+    assert streamed.to_dict() == dict(brute_force(documents, order))
+    assert streamed.num_tokens == sum(map(len, documents))
+
+
+def test_ngrams_never_span_documents():
+    documents = [[1, 2], [3, 4]]
+    counts = count_chunk(*as_arrays(documents), 3, 5).to_dict()
+    assert (2, 3) not in counts
+    assert not any(len(gram) == 3 for gram in counts)
+
+
+def test_levels_are_sorted_lexicographically():
+    documents = random_documents(5, 30, count=60)
+    trie = count_chunk(*as_arrays(documents), 4, 30)
+    for level in trie.levels:
+        keys = level.parents * 30 + level.tokens.astype(np.int64)
+        assert np.all(np.diff(keys) > 0)
+
+
+def test_merge_adds_counts():
+    a, b = random_documents(1, 20), random_documents(2, 20)
+    merged = merge(count_chunk(*as_arrays(a), 3, 20), count_chunk(*as_arrays(b), 3, 20))
+    assert merged.to_dict() == dict(brute_force(a, 3) + brute_force(b, 3))
+    assert merged.documents == sum(1 for d in a + b if d)
+
+
+def test_prune_keeps_unigrams_and_frequent_ngrams():
+    documents = random_documents(3, 15, count=80)
+    expected = {g: c for g, c in brute_force(documents, 3).items() if len(g) == 1 or c >= 3}
+    pruned = prune(count_chunk(*as_arrays(documents), 3, 15), 3)
+    assert pruned.to_dict() == expected
+    assert pruned.min_count == 3
+
+
+def test_packed_and_argsort_paths_agree():
+    rng = np.random.default_rng(0)
+    keys = rng.integers(0, 1000, size=5000).astype(np.int64)
+    packed = _distinct(keys, 1000)
+    fallback = _distinct(keys, 1 << 62)  # too wide to pack with positions
+    for left, right in zip(packed, fallback, strict=True):
+        np.testing.assert_array_equal(left, right)
+    unique, counts, groups = packed
+    np.testing.assert_array_equal(unique[groups], keys)
+    assert counts.sum() == len(keys)
+
+
+def test_token_outside_vocabulary_is_rejected():
+    with pytest.raises(ValueError):
+        count_chunk(np.array([1, 7], dtype=np.uint32), np.array([2]), 2, 5)

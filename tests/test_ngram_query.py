@@ -1,0 +1,114 @@
+"""Back-off rules and next-token distributions of a loaded model, by hand and against brute force."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import numpy as np
+import pytest
+
+from polyspec.ngram.counting import count_chunk
+from polyspec.ngram.query import NGramModel
+from polyspec.ngram.storage import load, save
+from polyspec.ngram.tokenize import Fingerprint
+
+DOCUMENTS = [[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 5], [2, 3, 4], [6], [7, 6]]
+
+
+def build(tmp_path, documents, order, vocab=10) -> NGramModel:
+    tokens = np.array([t for d in documents for t in d], dtype=np.uint32)
+    lengths = np.array([len(d) for d in documents])
+    path = tmp_path / f"o{order}.ngram"
+    save(count_chunk(tokens, lengths, order, vocab), Fingerprint(vocab, "0" * 64), path)
+    return NGramModel(load(path))
+
+
+def summary(candidates):
+    return [(c.token_id, round(c.prob, 9), c.count, c.order) for c in candidates]
+
+
+def test_full_context_seen(tmp_path):
+    model = build(tmp_path, DOCUMENTS, 3)
+    assert summary(model.top([1, 2], 5)) == [(3, round(2 / 3, 9), 2, 3), (5, round(1 / 3, 9), 1, 3)]
+
+
+def test_backs_off_to_the_longest_seen_suffix(tmp_path):
+    model = build(tmp_path, DOCUMENTS, 3)
+    # (9, 2) was never seen; (2,) was, followed by 3 three times and by 5 once.
+    assert summary(model.top([9, 2], 5)) == [(3, 0.75, 3, 2), (5, 0.25, 1, 2)]
+    # Only the last order - 1 tokens matter.
+    assert summary(model.top([4, 4, 4, 1, 2], 1)) == [(3, round(2 / 3, 9), 2, 3)]
+
+
+def test_context_without_continuation_backs_off_to_unigrams(tmp_path):
+    model = build(tmp_path, DOCUMENTS, 3)
+    # 6 occurs only at the ends of documents: it has no continuation, so neither (3, 6) nor (6,) predicts.
+    top = model.top([3, 6], 3)
+    assert [c.order for c in top] == [1, 1, 1]
+    assert summary(top)[0] == (2, round(4 / 17, 9), 4, 1)
+    # Ties go to the smaller id: 1 and 3 both occur three times.
+    assert [c.token_id for c in top] == [2, 1, 3]
+
+
+def test_no_backoff_only_uses_the_full_context(tmp_path):
+    model = build(tmp_path, DOCUMENTS, 3)
+    assert model.top([9, 2], 5, backoff=False) == []
+    assert model.top([2], 5, backoff=False) == []  # shorter than order - 1
+    assert summary(model.top([1, 2], 5, backoff=False)) == summary(model.top([1, 2], 5))
+
+
+def test_bigram_without_backoff_is_the_maximum_likelihood_estimate(tmp_path):
+    model = build(tmp_path, DOCUMENTS, 2)
+    pairs = Counter((a, b) for d in DOCUMENTS for a, b in zip(d, d[1:], strict=False))
+    for a in range(10):
+        after_a = {b: c for (x, b), c in pairs.items() if x == a}
+        candidates = model.top([a], 10, backoff=False)
+        assert {c.token_id: c.prob for c in candidates} == pytest.approx(
+            {b: c / sum(after_a.values()) for b, c in after_a.items()}
+        )
+        assert all(c.order == 2 for c in candidates)
+
+
+def test_unigram_model(tmp_path):
+    model = build(tmp_path, DOCUMENTS, 1)
+    assert summary(model.top([5, 5], 1)) == [(2, round(4 / 17, 9), 4, 1)]
+    assert model.top([5], 1, backoff=False)[0].token_id == 2
+
+
+def test_context_node_and_best(tmp_path):
+    model = build(tmp_path, DOCUMENTS, 3)
+    depth, node = model.context_node([1, 2])
+    assert depth == 2
+    assert model.best(depth, node) == (3, pytest.approx(2 / 3))
+    tokens, counts = model.continuations(depth, node)
+    assert tokens.tolist() == [3, 5] and counts.tolist() == [2, 1]
+    assert model.context_node([8]) == (0, 0)  # unknown token: the empty context
+    assert model.context_node([10_000, 2])[0] == 1  # ids beyond the vocabulary are never found
+
+
+def brute_force_top(documents, order, context, k):
+    counts: dict[tuple, Counter] = defaultdict(Counter)
+    for d in documents:
+        for n in range(1, order + 1):
+            for i in range(len(d) - n + 1):
+                counts[tuple(d[i : i + n - 1])][d[i + n - 1]] += 1
+    for length in range(min(order - 1, len(context)), -1, -1):
+        following = counts.get(tuple(context[len(context) - length :]))
+        if following:
+            total = sum(following.values())
+            ranked = sorted(following.items(), key=lambda item: (-item[1], item[0]))[:k]
+            return [(t, round(c / total, 9), c, length + 1) for t, c in ranked]
+    return []
+
+
+@pytest.mark.parametrize("order", [2, 3, 4, 6])
+def test_top_matches_brute_force(tmp_path, order):
+    rng = np.random.default_rng(order)
+    documents = [rng.integers(0, 6, size=rng.integers(1, 15)).tolist() for _ in range(40)]
+    model = build(tmp_path, documents, order, vocab=8)
+    for _ in range(60):
+        context = rng.integers(0, 8, size=rng.integers(0, 7)).tolist()
+        assert summary(model.top(context, 4)) == brute_force_top(documents, order, context, 4)
+        found = model.context_node(context)
+        expected = brute_force_top(documents, order, context, 1)
+        assert model.best(*found)[0] == expected[0][0]
