@@ -80,8 +80,10 @@ def bench(
 
     try:
         results = run_bench(config, out, resume)
-    except KeyboardInterrupt:
-        raise UserError(f"interrupted: {out / 'results.jsonl'} holds every finished record; continue with --resume")
+    except KeyboardInterrupt as exc:
+        raise UserError(
+            f"interrupted: {out / 'results.jsonl'} holds every finished record; continue with --resume"
+        ) from exc
     typer.echo(f"results: {results}", err=True)
     if report:
         from polyspec.bench.report import write_report
