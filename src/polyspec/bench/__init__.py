@@ -1,0 +1,1 @@
+"""The cross-lingual benchmark: tasks and prompts, runs, metrics and reports."""
