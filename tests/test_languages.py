@@ -122,3 +122,12 @@ def test_fertility_with_an_encode_method():
     result = fertility("ᏌᏊ ᎢᎦ", Bytes())
     assert (result.tokens, result.characters, result.words) == (13, 5, 2)  # 3 bytes per syllable, 1 per space
     assert fertility([], Bytes()).tokens_per_char == 0.0
+
+
+def test_fertility_counts_ethiopic_word_spaces_as_breaks():
+    class Chars:
+        def encode(self, text):
+            return list(text)
+
+    result = fertility("ራሴ፡በቀጥታ፡ወይም። ነጻ", Chars())
+    assert result.words == 4

@@ -4,12 +4,14 @@
 one forward; when only some are kept, `rollback` cuts every layer back to the kept prefix
 instead of recomputing it. Sliding-window layers (Gemma 3) keep the states they would drop
 until the next rollback, so they too can be cut back once a sequence outgrows the window.
+Recurrent states (Qwen3.5's linear attention) are restored by `polyspec.state_rollback`.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -17,6 +19,7 @@ from urllib.parse import urlparse
 import torch
 
 from polyspec.errors import UserError
+from polyspec.state_rollback import state_rollback_for
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -148,7 +151,7 @@ class CachedLM:
         self.device = next(model.parameters()).device
         self.cache = None
         self.length = 0
-        check_rollback_supported(model)
+        self.states = state_rollback_for(model)  # None unless some layers carry a recurrent state
 
     def reset(self) -> None:
         from transformers import DynamicCache
@@ -156,6 +159,9 @@ class CachedLM:
         self.cache = DynamicCache(config=self.model.config)
         self.length = 0
         self._recording = False
+        if self.states is not None:
+            self.states.reset(self.cache)
+            self._recording = True
 
     @torch.inference_mode()
     def forward(self, tokens: list[int], num_logits: int | None = None) -> torch.Tensor:
@@ -163,13 +169,14 @@ class CachedLM:
         positions (all by default)."""
         input_ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
         positions = torch.arange(self.length, self.length + len(tokens), device=self.device)
-        out = self.model(
-            input_ids=input_ids,
-            past_key_values=self.cache,
-            position_ids=positions.unsqueeze(0),
-            use_cache=True,
-            logits_to_keep=num_logits or 0,
-        )
+        with self.states.recording(self.length, tokens) if self.states is not None else nullcontext():
+            out = self.model(
+                input_ids=input_ids,
+                past_key_values=self.cache,
+                position_ids=positions.unsqueeze(0),
+                use_cache=True,
+                logits_to_keep=num_logits or 0,
+            )
         self.length += len(tokens)
         if not self._recording:
             # Only after the first forward do all layers exist; from then on sliding-window
@@ -184,17 +191,13 @@ class CachedLM:
             raise ValueError(f"cannot roll back to {length} tokens: only {self.length} cached")
         if not self._recording:  # nothing fed yet
             return
+        if self.states is not None:
+            self.states.rollback(self, length)
+            return
         self.cache.crop(length - self.length)
         self.length = length
 
 
 def check_rollback_supported(model: torch.nn.Module) -> None:
     """Fail early, with a clear message, for caches that cannot be cut back."""
-    config = model.config.get_text_config()
-    layer_types = set(getattr(config, "layer_types", None) or [])
-    stateful = layer_types & {"linear_attention", "conv", "mamba", "hybrid", "hybrid_sliding"}
-    if stateful:
-        raise UserError(
-            f"{type(model).__name__} has recurrent-state layers ({', '.join(sorted(stateful))}) whose "
-            "cache cannot be cut back by cropping"
-        )
+    state_rollback_for(model)

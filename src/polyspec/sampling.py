@@ -78,6 +78,8 @@ class LogitsProcessor:
 
     def greedy_tokens(self, logits: torch.Tensor, ids: Sequence[int], start: int) -> list[int]:
         """The argmax token of each row after the repetition penalty."""
+        if self.config.repetition_penalty == 1.0:
+            return logits.argmax(dim=-1).tolist()  # widening to float32 cannot change the argmax
         return self.penalize(logits, ids, start).argmax(dim=-1).tolist()
 
     def probs(self, logits: torch.Tensor, ids: Sequence[int], start: int) -> torch.Tensor:

