@@ -248,3 +248,16 @@ def test_live_context_is_preferred_when_it_matches_longer(verifier, models):
     motif = [40, 41, 42, 43, 44]
     context = [2, *motif, 50, *motif[:2]]
     assert drafter.propose(context, 3).tokens == motif[2:5]
+
+
+@pytest.mark.parametrize("spec", ["{o3}", "{o4}+context", "{o2}?backoff=none"])
+def test_incremental_state_matches_a_fresh_drafter(verifier, models, spec):
+    """Proposals along a growing sequence equal those of a drafter that starts from scratch."""
+    drafter = started(make(spec_for(spec, models), verifier), greedy=True)
+    rng = random.Random(5)
+    sequence = [2, *[rng.randrange(4, 64) for _ in range(60)]]
+    end = 2
+    while end < len(sequence):
+        fresh = started(make(spec_for(spec, models), verifier), greedy=True)
+        assert drafter.propose(sequence[:end], 4).tokens == fresh.propose(sequence[:end], 4).tokens
+        end += rng.randint(1, 5)  # accepted tokens plus the verifier's own

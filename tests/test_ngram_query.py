@@ -112,3 +112,50 @@ def test_top_matches_brute_force(tmp_path, order):
         found = model.context_node(context)
         expected = brute_force_top(documents, order, context, 1)
         assert model.best(*found)[0] == expected[0][0]
+
+
+@pytest.mark.parametrize("order", [1, 2, 3, 5])
+def test_stepping_token_by_token_equals_matching_from_scratch(tmp_path, order):
+    rng = np.random.default_rng(10 + order)
+    documents = [rng.integers(0, 5, size=rng.integers(1, 20)).tolist() for _ in range(30)]
+    model = build(tmp_path, documents, order, vocab=7)
+    sequence = rng.integers(0, 7, size=300).tolist()  # 5 and 6 never occur: forces resets
+    state = model.state([])
+    for end in range(1, len(sequence) + 1):
+        state = model.step(*state, sequence[end - 1])
+        assert state == model.state(sequence[:end])
+        for backoff in (True, False):
+            assert model.predictor(*state, backoff=backoff) == model.context_node(sequence[:end], backoff)
+
+
+@pytest.mark.parametrize("backoff", [True, False])
+def test_greedy_draft_follows_the_best_continuations(tmp_path, backoff):
+    rng = np.random.default_rng(3)
+    documents = [rng.integers(0, 6, size=rng.integers(1, 20)).tolist() for _ in range(40)]
+    model = build(tmp_path, documents, 4, vocab=8)
+    for _ in range(50):
+        context = rng.integers(0, 8, size=rng.integers(1, 6)).tolist()
+        drafted = model.greedy_draft(*model.state(context), 5, backoff, 0.0, 8)
+        expected, window = [], list(context)
+        for _ in range(5):
+            found = model.context_node(window, backoff)
+            if found is None:
+                break
+            expected.append(model.best(*found)[0])
+            window.append(expected[-1])
+        assert drafted == expected
+
+
+def test_missing_suffix_is_reported_as_corruption(tmp_path):
+    """A file whose checksum is fine but whose 3-token context (1, 2, 3) lacks the suffix (2, 3)."""
+    from polyspec.errors import UserError
+    from polyspec.ngram.trie import Level, Trie
+
+    def level(parents, tokens):
+        return Level(np.array(parents, np.int64), np.array(tokens, np.uint32), np.ones(len(tokens), np.int64))
+
+    levels = [level([0, 0, 0, 0], [1, 2, 3, 4]), level([0], [2]), level([0], [3]), level([0], [4])]
+    path = tmp_path / "broken.ngram"
+    save(Trie(vocab_size=5, levels=levels), Fingerprint(5, "0" * 64), path)
+    with pytest.raises(UserError, match="suffix is missing"):
+        NGramModel(load(path))

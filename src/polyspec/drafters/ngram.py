@@ -32,7 +32,7 @@ import torch
 
 from polyspec.errors import UserError
 from polyspec.ngram import MAX_ORDER
-from polyspec.ngram.query import NGramModel
+from polyspec.ngram.query import ROOT, NGramModel
 from polyspec.types import EMPTY_DRAFT, Draft
 
 SPEC_GRAMMAR = "ngram:PATH[+context][?backoff=none&min_prob=0.2&context_order=4]"
@@ -121,15 +121,6 @@ class ContextCache:
                 if count >= entry[1]:
                     entry[0], entry[1] = token, count
 
-    def match(self, window: Sequence[int]) -> tuple[int, list] | None:
-        """(context length, entry) of the longest suffix of `window` seen in the sequence."""
-        table = self.table
-        for length in range(min(self.max_context, len(window)), 0, -1):
-            entry = table.get(tuple(window[-length:]))
-            if entry is not None:
-                return length, entry
-        return None
-
 
 class NGramDrafter:
     def __init__(self, model: NGramModel, vocab_size: int, options: NGramOptions) -> None:
@@ -139,91 +130,130 @@ class NGramDrafter:
         # Token ids the drafter may propose: both vocabularies hold them.
         self.usable_vocab = min(vocab_size, model.vocab_size)
         self.cache = ContextCache(options.context_order - 1) if options.use_context else None
-        self.window = max(model.max_context, self.cache.max_context if self.cache else 0)
         self.greedy = True
         self.generator: torch.Generator | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        # The model's state at the end of the accepted text, advanced by the tokens added since
+        # the last proposal; drafted tokens move a copy of it.
+        self._state = ROOT
+        self._fed = 0
+        self._last = -1
+        self._large: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        if self.cache is not None:
+            self.cache = ContextCache(self.cache.max_context)
 
     def start(self, prompt_ids, processor, generator) -> None:
         self.greedy = processor.config.greedy
         self.generator = generator
-        if self.cache is not None:
-            self.cache = ContextCache(self.cache.max_context)
+        self._reset()
 
     def observe(self, num_accepted: int) -> None:
         pass
 
-    def _choose(self, window: list[int]):
-        """The source that predicts the next token: ('static', depth, node) or ('live', length,
-        entry), longer context first, then higher confidence, then live; None if neither."""
-        found = self.model.context_node(window, self.options.backoff)
-        live = self.cache.match(window) if self.cache is not None else None
-        if live is None:
-            return None if found is None else ("static", *found)
-        if found is None:
-            return ("live", *live)
-        depth, node = found
-        length, entry = live
-        if length != depth:
-            return ("live", *live) if length > depth else ("static", *found)
-        static_prob = self.model.best(depth, node)[1]
-        return ("live", *live) if entry[1] / entry[2] >= static_prob else ("static", *found)
-
-    def propose(self, context: Sequence[int], k: int) -> Draft:
-        if k <= 0:
-            return EMPTY_DRAFT
+    def _advance(self, context: Sequence[int]) -> None:
+        fed = self._fed
+        if fed and (len(context) < fed or context[fed - 1] != self._last):
+            fed = 0  # not a continuation of what was seen: start over
+        if fed == 0:
+            self._state = self.model.state(context)
+        else:
+            depth, node = self._state
+            step = self.model.step
+            for token in context[fed:]:
+                depth, node = step(depth, node, token)
+            self._state = (depth, node)
+        self._fed, self._last = len(context), context[-1]
         if self.cache is not None:
             self.cache.sync(context)
-        window = list(context[-self.window :]) if self.window else []
+
+    def propose(self, context: Sequence[int], k: int) -> Draft:
+        if k <= 0 or not context:
+            return EMPTY_DRAFT
+        self._advance(context)
+        if self.greedy and self.cache is None:
+            options = self.options
+            tokens = self.model.greedy_draft(*self._state, k, options.backoff, options.min_prob, self.usable_vocab)
+            return Draft(tokens=tokens)
+        window = list(context[-self.cache.max_context :]) if self.cache is not None else []
         if self.greedy:
-            return self._propose_greedy(window, k)
+            return self._propose_greedy_with_context(window, k)
         return self._propose_sampled(window, k)
 
-    def _propose_greedy(self, window: list[int], k: int) -> Draft:
+    def _choose(self, state: tuple[int, int], window: list[int]):
+        """The source that predicts the next token: ('static', depth, node) or ('live', length,
+        entry); the longer matched context wins, then the more confident one, then the live
+        one. None when neither has a prediction."""
+        found = self.model.predictor(*state, backoff=self.options.backoff)
+        if self.cache is None:
+            return None if found is None else ("static", *found)
+        table = self.cache.table
+        for length in range(min(self.cache.max_context, len(window)), 0, -1):
+            entry = table.get(tuple(window[-length:]))
+            if entry is not None:
+                break
+        else:
+            return None if found is None else ("static", *found)
+        if found is None or length > found[0]:
+            return "live", length, entry
+        if length < found[0] or entry[1] / entry[2] < self.model.best(*found)[1]:
+            return ("static", *found)
+        return "live", length, entry
+
+    def _propose_greedy_with_context(self, window: list[int], k: int) -> Draft:
         model, min_prob, usable = self.model, self.options.min_prob, self.usable_vocab
-        backoff, size = self.options.backoff, self.window
+        best, step, choose, longest = model.best, model.step, self._choose, self.cache.max_context
+        state = self._state
         tokens: list[int] = []
         for _ in range(k):
-            if self.cache is None:
-                found = model.context_node(window, backoff)
-                if found is None:
-                    break
-                token, prob = model.best(*found)
+            choice = choose(state, window)
+            if choice is None:
+                break
+            if choice[0] == "static":
+                token, prob = best(choice[1], choice[2])
             else:
-                choice = self._choose(window)
-                if choice is None:
-                    break
-                if choice[0] == "static":
-                    token, prob = model.best(choice[1], choice[2])
-                else:
-                    entry = choice[2]
-                    token, prob = entry[0], entry[1] / entry[2]
+                entry = choice[2]
+                token, prob = entry[0], entry[1] / entry[2]
             if prob < min_prob or token >= usable:
                 break
             tokens.append(token)
-            if size:
-                window.append(token)
-                if len(window) > size:
-                    del window[0]
+            state = step(*state, token)
+            window.append(token)
+            if len(window) > longest:
+                del window[0]
         return Draft(tokens=tokens)
 
-    def _distribution(self, window: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
-        """(token ids, float64 probabilities) to draw the next token from; None means uniform."""
-        choice = self._choose(window)
+    def _distribution(self, state, window: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(token ids, float32 probabilities, their float64 running sum) to draw the next token
+        from; None means uniform. Long rows (the unigram one) are kept: rebuilding costs ~1 ms."""
+        choice = self._choose(state, window)
         if choice is None:
             return None
         if choice[0] == "static":
-            tokens, counts = self.model.continuations(choice[1], choice[2])
-            tokens, counts = tokens.astype(np.int64), counts.astype(np.float64)
+            key = (choice[1], choice[2])
+            if key in self._large:
+                return self._large[key]
+            ids, counts = self.model.continuations(*key)
         else:
+            key = None
             by_token = choice[2][3]
-            tokens = np.fromiter(by_token.keys(), dtype=np.int64, count=len(by_token))
-            counts = np.fromiter(by_token.values(), dtype=np.float64, count=len(by_token))
-        keep = tokens < self.usable_vocab
+            ids = np.fromiter(by_token.keys(), dtype=np.int64, count=len(by_token))
+            counts = np.fromiter(by_token.values(), dtype=np.int64, count=len(by_token))
+        ids = ids.astype(np.int64)
+        keep = ids < self.usable_vocab
         if not keep.all():
-            tokens, counts = tokens[keep], counts[keep]
-            if len(tokens) == 0:
+            ids, counts = ids[keep], counts[keep]
+            if len(ids) == 0:
                 return None
-        return tokens, counts / counts.sum()
+        counts = counts.astype(np.float64)
+        probs = (counts / counts.sum()).astype(np.float32)
+        result = ids, probs, np.cumsum(probs, dtype=np.float64)
+        if key is not None and len(ids) > 4096:
+            if len(self._large) > 64:
+                self._large.clear()
+            self._large[key] = result
+        return result
 
     def _uniform(self) -> float:
         """One uniform draw in [0, 1) from the generator the engine seeded."""
@@ -235,10 +265,11 @@ class NGramDrafter:
         # Rows are filled in numpy: a zeroed [k, V] array costs nothing until written, while
         # small torch ops pay thread-pool overhead that dominates on a busy machine.
         rows = np.zeros((k, self.vocab_size), dtype=np.float32)
-        size, usable, min_prob = self.window, self.usable_vocab, self.options.min_prob
+        usable, min_prob = self.usable_vocab, self.options.min_prob
+        state = self._state
         tokens: list[int] = []
         for i in range(k):
-            distribution = self._distribution(window)
+            distribution = self._distribution(state, window)
             if distribution is None:
                 # The study's fallback for an unseen context: uniform over the vocabulary.
                 if 1.0 / usable < min_prob:
@@ -246,19 +277,18 @@ class NGramDrafter:
                 rows[i, :usable] = 1.0 / usable
                 token = min(int(self._uniform() * usable), usable - 1)
             else:
-                ids, probs = distribution
+                ids, probs, cumulative = distribution
                 if probs.max() < min_prob:
                     break
-                row_probs = probs.astype(np.float32)
-                rows[i, ids] = row_probs
+                rows[i, ids] = probs
                 # Draw from the very values handed to the verifier (inverse CDF of the row).
-                cumulative = np.cumsum(row_probs, dtype=np.float64)
                 pick = int(np.searchsorted(cumulative, self._uniform() * cumulative[-1], side="right"))
                 token = int(ids[min(pick, len(ids) - 1)])
             tokens.append(token)
-            if size:
+            state = self.model.step(*state, token)
+            if self.cache is not None:
                 window.append(token)
-                if len(window) > size:
+                if len(window) > self.cache.max_context:
                     del window[0]
         if not tokens:
             return EMPTY_DRAFT

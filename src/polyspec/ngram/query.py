@@ -7,9 +7,13 @@ its maximum-likelihood distribution count(context, x) / count(context, *), unsmo
 context (depth 0) is the unigram distribution. Without back-off only the full order - 1 token
 context counts; an unseen one has no distribution here (the caller decides: uniform, or stop).
 
-The most probable continuation of every context is computed once at load time, so a greedy
-draft step costs one walk and two array reads. The hot path reads memoryviews, whose items are
-plain Python ints and floats (numpy scalars would cost more than the search itself).
+Drafting token after token reuses work: a *state* is the longest suffix of the text that is a
+node, and appending a token moves it like an Aho-Corasick automaton, through the new token's
+child or else through the suffix link (the node of the context minus its first token). Each
+drafted token then costs about one binary search whatever the order. The most probable
+continuation of every context and the suffix links are computed once at load time; the hot
+path reads memoryviews, whose items are plain Python ints and floats (numpy scalars would cost
+more than the search itself).
 """
 
 from __future__ import annotations
@@ -20,7 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from polyspec.errors import UserError
 from polyspec.ngram.storage import StoredModel
+from polyspec.ngram.trie import parents_from_starts
+
+ROOT = (0, 0)  # the empty context: depth 0, node 0
 
 
 @dataclass(frozen=True)
@@ -34,19 +42,16 @@ class Candidate:
         return {"token_id": self.token_id, "prob": self.prob, "count": self.count, "order": self.order}
 
 
-def best_continuations(
-    starts: np.ndarray, tokens: np.ndarray, counts: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def best_continuations(starts: np.ndarray, tokens: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per context node: its most frequent continuation (ties: the smallest token id; -1 when it
-    has none), that continuation's probability, and the total count of its continuations."""
+    has none) and that continuation's probability."""
     num_nodes = len(starts) - 1
-    best_token = np.full(num_nodes, -1, dtype=np.int64)
-    best_prob = np.zeros(num_nodes, dtype=np.float64)
-    totals = np.zeros(num_nodes, dtype=np.int64)
+    best_token = np.full(num_nodes, -1, dtype=np.int32)
+    best_prob = np.zeros(num_nodes, dtype=np.float32)
     sizes = np.diff(starts.astype(np.int64))
     has = np.flatnonzero(sizes > 0)
     if len(has) == 0:
-        return best_token, best_prob, totals
+        return best_token, best_prob
     counts = counts.astype(np.int64)
     segment_starts = starts[:-1][has].astype(np.int64)
     # Nodes without continuations are skipped, so consecutive segment starts bound each segment.
@@ -58,8 +63,36 @@ def best_continuations(
     first[1:] = segment_of[maxima[1:]] != segment_of[maxima[:-1]]
     best_token[has] = tokens[maxima[first]]
     best_prob[has] = segment_max / segment_total
-    totals[has] = segment_total
-    return best_token, best_prob, totals
+    return best_token, best_prob
+
+
+def suffix_links(stored: StoredModel, root_index: np.ndarray) -> list[np.ndarray]:
+    """links[d][x]: the depth d - 1 node of context x (depth d) without its first token, for
+    d = 1..order - 1 (depth 1 links to the root). The suffix of a stored n-gram is stored too,
+    so every link exists; a miss means the file's levels disagree."""
+    vocab = np.int64(stored.fingerprint.vocab_size)
+    links = [np.zeros(0, np.uint32)]
+    if stored.order >= 2:
+        links.append(np.zeros(len(stored.tokens[0]), np.uint32))
+    for depth in range(2, stored.order):
+        tokens = stored.tokens[depth - 1].astype(np.int64)  # last token of each depth-d node
+        if depth == 2:
+            link = root_index[tokens]
+            found = link >= 0
+        else:
+            # suffix(x) = child(suffix(parent(x)), last token of x), searched as sorted keys.
+            parent_link = np.repeat(
+                links[depth - 1].astype(np.int64), np.diff(stored.starts[depth - 2].astype(np.int64))
+            )
+            above = stored.tokens[depth - 2].astype(np.int64)
+            keys = parents_from_starts(stored.starts[depth - 3]) * vocab + above
+            wanted = parent_link * vocab + tokens
+            link = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
+            found = keys[link] == wanted if len(keys) else np.zeros(len(wanted), dtype=bool)
+        if not found.all():
+            raise UserError(f"n-gram model {str(stored.path)!r} is corrupt (a context's suffix is missing)")
+        links.append(link.astype(np.uint32 if len(link) < 2**32 else np.int64))
+    return links
 
 
 class NGramModel:
@@ -79,13 +112,13 @@ class NGramModel:
         best = [
             best_continuations(self._starts[d], self._tokens[d + 1], self._counts[d + 1]) for d in range(self.order)
         ]
-        self._totals = [totals for _, _, totals in best]
         # Memoryviews for the per-token Python path.
         self._root_index = memoryview(root_index)
         self._token_view = [memoryview(np.ascontiguousarray(t)) for t in self._tokens]
         self._starts_view = [memoryview(np.ascontiguousarray(s)) for s in self._starts]
-        self._best_token = [memoryview(token) for token, _, _ in best]
-        self._best_prob = [memoryview(prob) for _, prob, _ in best]
+        self._best_token = [memoryview(token) for token, _ in best]
+        self._best_prob = [memoryview(prob) for _, prob in best]
+        self._links = [memoryview(link) for link in suffix_links(stored, root_index)]
 
     def _find(self, sequence: Sequence[int], start: int, end: int) -> int:
         """Node of sequence[start:end] (a non-empty context) at depth end - start, or -1."""
@@ -107,24 +140,73 @@ class NGramModel:
             depth += 1
         return node
 
-    def context_node(self, sequence: Sequence[int], backoff: bool = True) -> tuple[int, int] | None:
-        """(depth, node) of the context whose distribution predicts the token after `sequence`:
-        the longest suffix seen with a continuation when backing off, else the full order - 1
-        token suffix or None when it was not seen."""
-        available = min(len(sequence), self.max_context)
+    def state(self, sequence: Sequence[int]) -> tuple[int, int]:
+        """(depth, node) of the longest suffix of `sequence` (at most order - 1 tokens) that is a
+        node of the trie, continued or not."""
         end = len(sequence)
-        if not backoff:
-            if available < self.max_context:
-                return None
-            if self.max_context == 0:
-                return (0, 0) if self._best_token[0][0] >= 0 else None
-            node = self._find(sequence, end - available, end)
-            return (available, node) if node >= 0 and self._best_token[available][node] >= 0 else None
-        for depth in range(available, 0, -1):
+        for depth in range(min(end, self.max_context), 0, -1):
             node = self._find(sequence, end - depth, end)
-            if node >= 0 and self._best_token[depth][node] >= 0:
+            if node >= 0:
                 return depth, node
-        return (0, 0) if self._best_token[0][0] >= 0 else None
+        return ROOT
+
+    def step(self, depth: int, node: int, token: int) -> tuple[int, int]:
+        """The state after appending `token` to a text in state (depth, node)."""
+        if not 0 <= token < self.vocab_size:
+            return ROOT
+        while True:
+            if depth < self.max_context:
+                if depth == 0:
+                    child = self._root_index[token]
+                    return (1, child) if child >= 0 else ROOT
+                starts = self._starts_view[depth]
+                low, high = starts[node], starts[node + 1]
+                tokens = self._token_view[depth + 1]
+                child = bisect_left(tokens, token, low, high)
+                if child < high and tokens[child] == token:
+                    return depth + 1, child
+            if depth == 0:
+                return ROOT
+            node = self._links[depth][node]
+            depth -= 1
+
+    def predictor(self, depth: int, node: int, backoff: bool = True) -> tuple[int, int] | None:
+        """The context node whose distribution predicts the next token in state (depth, node):
+        with back-off the longest suffix that has continuations, else the full order - 1 token
+        context if it has any; None when there is none."""
+        best_token = self._best_token
+        if backoff:
+            while depth and best_token[depth][node] < 0:
+                node = self._links[depth][node]
+                depth -= 1
+        elif depth != self.max_context:
+            return None
+        return (depth, node) if best_token[depth][node] >= 0 else None
+
+    def greedy_draft(self, depth: int, node: int, k: int, backoff: bool, min_prob: float, limit: int) -> list[int]:
+        """Up to k most-probable tokens from state (depth, node): stops at an unseen context,
+        a best token below min_prob, or a token id >= limit. One loop: this is the hot path."""
+        best_token, best_prob, links = self._best_token, self._best_prob, self._links
+        full, step = self.max_context, self.step
+        drafted: list[int] = []
+        for _ in range(k):
+            d, x = depth, node
+            if backoff:
+                while d and best_token[d][x] < 0:
+                    x = links[d][x]
+                    d -= 1
+            elif d != full:
+                break
+            token = best_token[d][x]
+            if token < 0 or token >= limit or best_prob[d][x] < min_prob:
+                break
+            drafted.append(token)
+            depth, node = step(depth, node, token)
+        return drafted
+
+    def context_node(self, sequence: Sequence[int], backoff: bool = True) -> tuple[int, int] | None:
+        """(depth, node) of the context that predicts the token after `sequence`."""
+        return self.predictor(*self.state(sequence), backoff=backoff)
 
     def best(self, depth: int, node: int) -> tuple[int, float]:
         """Most probable continuation of a context node and its probability."""
@@ -135,9 +217,6 @@ class NGramModel:
         low, high = int(self._starts[depth][node]), int(self._starts[depth][node + 1])
         return self._tokens[depth + 1][low:high], self._counts[depth + 1][low:high]
 
-    def total(self, depth: int, node: int) -> int:
-        return int(self._totals[depth][node])
-
     def top(self, context: Sequence[int], k: int, backoff: bool = True) -> list[Candidate]:
         """The k most probable next tokens (ties: smaller id first); empty when, without
         back-off, the context was never seen (the study's drafter then falls back to uniform)."""
@@ -146,8 +225,8 @@ class NGramModel:
             return []
         depth, node = found
         tokens, counts = self.continuations(depth, node)
-        total = self.total(depth, node)
         counts = counts.astype(np.int64)
+        total = int(counts.sum())
         chosen = np.lexsort((tokens, -counts))[:k]
         return [
             Candidate(token_id=int(tokens[i]), prob=int(counts[i]) / total, count=int(counts[i]), order=depth + 1)
