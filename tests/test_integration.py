@@ -47,3 +47,21 @@ def test_greedy_identity_on_the_real_verifier(gemma, tmp_path):
         for spec in ("prompt-lookup", f"ngram:{model_path}+context"):
             result = decoder.generate(ids, make_drafter(spec, gemma), gamma=3, max_new_tokens=24)
             assert result.token_ids == expected.tolist(), (spec, text)
+
+
+def test_bench_smoke_on_the_real_verifier(tmp_path, monkeypatch):
+    """A thin slice of the quick preset through the command line, report included."""
+    import json
+    import sys
+
+    from polyspec.cli import main
+
+    out = tmp_path / "bench"
+    args = ["bench", "--preset", "quick", "--languages", "yor", "--tasks", "continuation", "--limit", "1"]
+    args += ["--drafters", "none,ngram,prompt-lookup", "--max-new-tokens", "12", "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", ["polyspec", *args])
+    main()
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert {r["drafter"] for r in records} == {"none", "ngram", "prompt-lookup"}
+    assert all(r["new_tokens"] == 12 for r in records)
+    assert (out / "report.md").exists() and (out / "f_by_language.png").exists()

@@ -80,10 +80,12 @@ def bench(
 
     try:
         results = run_bench(config, out, resume)
-    except KeyboardInterrupt as exc:
-        raise UserError(
-            f"interrupted: {out / 'results.jsonl'} holds every finished record; continue with --resume"
-        ) from exc
+    except KeyboardInterrupt:
+        # Every finished record is already on disk, whole: say how to go on, exit as Ctrl-C does.
+        typer.echo(
+            f"polyspec: interrupted; {out / 'results.jsonl'} holds every finished record: add --resume", err=True
+        )
+        raise SystemExit(130) from None
     typer.echo(f"results: {results}", err=True)
     if report:
         from polyspec.bench.report import write_report
