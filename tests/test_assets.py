@@ -290,3 +290,16 @@ def test_cli_fetch_reports_present_assets(home, monkeypatch, capsys):
     result = json.loads(out)
     assert result["outcome"] == {"udhr": "present"}
     assert list(result["assets"]) == ["udhr"]
+
+
+def test_published_files_are_readable_by_others(home):
+    previous = os.umask(0o022)
+    try:
+        with store.staging("udhr") as tmp:
+            (tmp / "private.bin").write_text("x")
+            (tmp / "private.bin").chmod(0o600)
+            store.write_manifest(tmp, "udhr", ["private.bin"])
+    finally:
+        os.umask(previous)
+    assert (store.asset_dir("udhr") / "private.bin").stat().st_mode & 0o777 == 0o644
+    assert store.asset_dir("udhr").stat().st_mode & 0o777 == 0o755

