@@ -261,3 +261,16 @@ def test_incremental_state_matches_a_fresh_drafter(verifier, models, spec):
         fresh = started(make(spec_for(spec, models), verifier), greedy=True)
         assert drafter.propose(sequence[:end], 4).tokens == fresh.propose(sequence[:end], 4).tokens
         end += rng.randint(1, 5)  # accepted tokens plus the verifier's own
+
+
+def test_min_prob_when_sampling_is_decided_before_drawing(verifier, models):
+    """A row whose most likely token is below min_prob is never drafted from."""
+    drafter = started(make(str(models[2]) + "?min_prob=0.5", verifier), greedy=False)
+    rng = random.Random(6)
+    lengths = []
+    for _ in range(40):
+        draft = drafter.propose([2, *[rng.randrange(4, 64) for _ in range(3)]], 4)
+        lengths.append(len(draft))
+        if len(draft):
+            assert torch.all(draft.probs.max(dim=1).values >= 0.5 - 1e-6)
+    assert min(lengths) < 4 and max(lengths) > 0

@@ -157,5 +157,7 @@ def test_missing_suffix_is_reported_as_corruption(tmp_path):
     levels = [level([0, 0, 0, 0], [1, 2, 3, 4]), level([0], [2]), level([0], [3]), level([0], [4])]
     path = tmp_path / "broken.ngram"
     save(Trie(vocab_size=5, levels=levels), Fingerprint(5, "0" * 64), path)
+    model = NGramModel(load(path))
+    assert model.top([1, 2, 3], 1)[0].token_id == 4  # inspection needs no suffix links
     with pytest.raises(UserError, match="suffix is missing"):
-        NGramModel(load(path))
+        model.prepare()

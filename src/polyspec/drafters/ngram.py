@@ -125,6 +125,7 @@ class ContextCache:
 class NGramDrafter:
     def __init__(self, model: NGramModel, vocab_size: int, options: NGramOptions) -> None:
         self.model = model
+        model.prepare()  # now, so a damaged model fails before generation starts
         self.vocab_size = vocab_size  # the verifier's: width of Draft.probs rows
         self.options = options
         # Token ids the drafter may propose: both vocabularies hold them.
@@ -224,9 +225,10 @@ class NGramDrafter:
                 del window[0]
         return Draft(tokens=tokens)
 
-    def _distribution(self, state, window: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """(token ids, float32 probabilities, their float64 running sum) to draw the next token
-        from; None means uniform. Long rows (the unigram one) are kept: rebuilding costs ~1 ms."""
+    def _distribution(self, state, window: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, float] | None:
+        """(token ids, float32 probabilities, their float64 running sum, the largest probability
+        computed exactly) to draw the next token from; None means uniform. Long rows (the
+        unigram one) are kept: rebuilding one costs about a millisecond."""
         choice = self._choose(state, window)
         if choice is None:
             return None
@@ -247,8 +249,9 @@ class NGramDrafter:
             if len(ids) == 0:
                 return None
         counts = counts.astype(np.float64)
-        probs = (counts / counts.sum()).astype(np.float32)
-        result = ids, probs, np.cumsum(probs, dtype=np.float64)
+        total = counts.sum()
+        probs = (counts / total).astype(np.float32)
+        result = ids, probs, np.cumsum(probs, dtype=np.float64), float(counts.max() / total)
         if key is not None and len(ids) > 4096:
             if len(self._large) > 64:
                 self._large.clear()
@@ -277,8 +280,8 @@ class NGramDrafter:
                 rows[i, :usable] = 1.0 / usable
                 token = min(int(self._uniform() * usable), usable - 1)
             else:
-                ids, probs, cumulative = distribution
-                if probs.max() < min_prob:
+                ids, probs, cumulative, peak = distribution
+                if peak < min_prob:
                     break
                 rows[i, ids] = probs
                 # Draw from the very values handed to the verifier (inverse CDF of the row).

@@ -47,7 +47,7 @@ def best_continuations(starts: np.ndarray, tokens: np.ndarray, counts: np.ndarra
     has none) and that continuation's probability."""
     num_nodes = len(starts) - 1
     best_token = np.full(num_nodes, -1, dtype=np.int32)
-    best_prob = np.zeros(num_nodes, dtype=np.float32)
+    best_prob = np.zeros(num_nodes, dtype=np.float64)  # exact against a min_prob threshold
     sizes = np.diff(starts.astype(np.int64))
     has = np.flatnonzero(sizes > 0)
     if len(has) == 0:
@@ -109,16 +109,26 @@ class NGramModel:
         self._starts: list[np.ndarray] = [root_starts, *stored.starts]
         root_index = np.full(self.vocab_size, -1, dtype=np.int64)
         root_index[stored.tokens[0]] = np.arange(len(stored.tokens[0]))
-        best = [
-            best_continuations(self._starts[d], self._tokens[d + 1], self._counts[d + 1]) for d in range(self.order)
-        ]
+        self._root_array = root_index
         # Memoryviews for the per-token Python path.
         self._root_index = memoryview(root_index)
         self._token_view = [memoryview(np.ascontiguousarray(t)) for t in self._tokens]
         self._starts_view = [memoryview(np.ascontiguousarray(s)) for s in self._starts]
-        self._best_token = [memoryview(token) for token, _ in best]
-        self._best_prob = [memoryview(prob) for _, prob in best]
-        self._links = [memoryview(link) for link in suffix_links(stored, root_index)]
+        # Drafting tables, built by `state` on first use: inspecting a large model needs none.
+        self._best_token: list[memoryview] = []
+        self._best_prob: list[memoryview] = []
+        self._links: list[memoryview] = []
+
+    def prepare(self) -> None:
+        """Build what drafting needs (best continuations, suffix links); idempotent."""
+        if self._best_token:
+            return
+        tables = [
+            best_continuations(self._starts[d], self._tokens[d + 1], self._counts[d + 1]) for d in range(self.order)
+        ]
+        self._links = [memoryview(link) for link in suffix_links(self.stored, self._root_array)]
+        self._best_token = [memoryview(token) for token, _ in tables]
+        self._best_prob = [memoryview(prob) for _, prob in tables]
 
     def _find(self, sequence: Sequence[int], start: int, end: int) -> int:
         """Node of sequence[start:end] (a non-empty context) at depth end - start, or -1."""
@@ -142,7 +152,9 @@ class NGramModel:
 
     def state(self, sequence: Sequence[int]) -> tuple[int, int]:
         """(depth, node) of the longest suffix of `sequence` (at most order - 1 tokens) that is a
-        node of the trie, continued or not."""
+        node of the trie, continued or not. Drafting starts here: `step`, `predictor`, `best`
+        and `greedy_draft` take states that this (or `step`) returned."""
+        self.prepare()
         end = len(sequence)
         for depth in range(min(end, self.max_context), 0, -1):
             node = self._find(sequence, end - depth, end)
@@ -205,11 +217,26 @@ class NGramModel:
         return drafted
 
     def context_node(self, sequence: Sequence[int], backoff: bool = True) -> tuple[int, int] | None:
-        """(depth, node) of the context that predicts the token after `sequence`."""
-        return self.predictor(*self.state(sequence), backoff=backoff)
+        """(depth, node) of the context that predicts the token after `sequence`: the same as
+        predictor(*state(sequence)), found by direct walks (no drafting tables needed)."""
+        end = len(sequence)
+        available = min(end, self.max_context)
+        if backoff:
+            depths = list(range(available, -1, -1))
+        else:
+            depths = [self.max_context] if available == self.max_context else []
+        for depth in depths:
+            node = self._find(sequence, end - depth, end) if depth else 0
+            if node >= 0:
+                starts = self._starts_view[depth]
+                if starts[node] < starts[node + 1]:
+                    return depth, node
+        return None
 
     def best(self, depth: int, node: int) -> tuple[int, float]:
         """Most probable continuation of a context node and its probability."""
+        if not self._best_token:
+            self.prepare()
         return self._best_token[depth][node], self._best_prob[depth][node]
 
     def continuations(self, depth: int, node: int) -> tuple[np.ndarray, np.ndarray]:
