@@ -115,7 +115,7 @@ def _register_subcommands() -> None:
     """Command groups live next to the code they drive."""
     import importlib
 
-    for module_name in ("polyspec.ngram.cli", "polyspec.assets.cli", "polyspec.bench.cli"):
+    for module_name in ("polyspec.ngram.cli", "polyspec.assets.cli", "polyspec.bench.cli", "polyspec.distill.cli"):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:

@@ -260,6 +260,9 @@ def write_report(paths: list[Path], out_dir: Path) -> Path:
             lines += metric_table(rs, "alpha", task_languages, [d for d in drafters if d != "hf-prompt-lookup"])
             lines += ["", "Measured speedup f:", ""]
             lines += metric_table(rs, "f_measured", task_languages, drafters)
+    from polyspec.distill.report import generalisation_section
+
+    lines += generalisation_section(records)
     points, corr = correlation([r for r in records if r["drafter"] not in ("none", "hf-prompt-lookup")])
     lines += ["", "## Quality and acceptance", ""]
     if corr:

@@ -111,6 +111,10 @@ class BenchRunner:
             return f"ngram:{self.ngrams.path(language, order)}"
         if name == "ngram+context":
             return f"ngram:{self.ngrams.path(language, order)}+context"
+        if name.startswith(("draft-", "distill-")):  # drafters cut from the verifier, one per language
+            from polyspec.distill.store import bench_spec
+
+            return bench_spec(name, language)
         return name  # prompt-lookup, model:PATH, ngram:PATH, ...
 
     def drafter(self, name: str, language):

@@ -60,6 +60,7 @@ _FACTORIES = {
     "prompt-lookup": "polyspec.drafters.prompt_lookup:make",
     "model": "polyspec.drafters.model:make",
     "ngram": "polyspec.drafters.ngram:make",
+    "distill": "polyspec.drafters.distilled:make",
 }
 
 
