@@ -2,7 +2,7 @@
 
 Part 1 (rollback overhead). Each round feeds verify calls of gamma + 1 tokens and keeps
 1 .. gamma + 1 of them in turn (so every acceptance count occurs equally often), for three
-engines on the same random model, interleaved:
+engines on the same random model, taking turns call by call:
 - stock: the model's own forward (chunked delta rule) and a plain cache crop, which leaves the
   recurrent states wrong: the cost of a verify call with no state rollback at all;
 - states: polyspec's per-position states (stepwise rule, copy back on rollback);
@@ -16,7 +16,8 @@ In bfloat16 a verify call over several tokens rounds differently from single-tok
 flips near-ties, so those tokens are found by running the speculative decoding itself until
 it proposes what it then accepts (the verifier's plain greedy output is the first guess).
 Also the verifier itself as a `model:` drafter, which pays a full verifier step per drafted
-token and so cannot beat plain decoding; it shows what that costs.
+token and so cannot beat plain decoding; it shows what that costs. transformers' own greedy
+`generate` (which refuses to speculate on this model) is timed for reference.
 
     .venv/bin/python benchmarks/bench_hybrid.py --out hybrid.json
 """
@@ -83,26 +84,35 @@ def with_mode(lm: CachedLM, mode: str) -> CachedLM:
     return lm
 
 
-def rollback_round(lm: CachedLM, prefix: list[int], steps: list[list[int]], keeps: list[int]):
-    """Feeds every step after `prefix`, keeping `keeps[i]` tokens; returns per-call seconds."""
-    lm.reset()
-    lm.forward(prefix, num_logits=1)
-    forward_s, rollback_s = [], []
-    for tokens, keep in zip(steps, keeps, strict=True):
-        t0 = time.perf_counter()
-        lm.forward(tokens)
-        t1 = time.perf_counter()
-        lm.rollback(lm.length - len(tokens) + keep)
-        t2 = time.perf_counter()
-        forward_s.append(t1 - t0)
-        rollback_s.append(t2 - t1)
-    return forward_s, rollback_s
+def rollback_rounds(engines: dict, prefix: list[int], steps: list[list[int]], keeps: list[int], rounds: int):
+    """Feeds every step after `prefix` to each engine, keeping `keeps[i]` tokens, the engines taking
+    turns call by call so that load changes hit them alike. Returns per-engine lists of the
+    per-round median forward time and mean rollback time."""
+    times = {name: {"forward": [], "rollback": []} for name in engines}
+    for _ in range(rounds):
+        calls = {name: ([], []) for name in engines}
+        for lm in engines.values():
+            lm.reset()
+            lm.forward(prefix, num_logits=1)
+        for tokens, keep in zip(steps, keeps, strict=True):
+            for name, lm in engines.items():
+                t0 = time.perf_counter()
+                lm.forward(tokens)
+                t1 = time.perf_counter()
+                lm.rollback(lm.length - len(tokens) + keep)
+                t2 = time.perf_counter()
+                calls[name][0].append(t1 - t0)
+                calls[name][1].append(t2 - t1)
+        for name, (forward_s, rollback_s) in calls.items():
+            times[name]["forward"].append(statistics.median(forward_s))
+            times[name]["rollback"].append(statistics.mean(rollback_s))
+    return times
 
 
-def part_rollback(model, args) -> dict:
+def part_rollback(model, gamma: int, args) -> dict:
     rng = random.Random(0)
     vocab = model.config.vocab_size
-    width = args.gamma + 1
+    width = gamma + 1
     prefix = [rng.randrange(4, vocab) for _ in range(args.prefix)]
     steps = [[rng.randrange(4, vocab) for _ in range(width)] for _ in range(args.calls)]
     keeps = [1 + i % width for i in range(args.calls)]
@@ -111,14 +121,8 @@ def part_rollback(model, args) -> dict:
         "states": with_mode(CachedLM(model), "states"),
         "refeed": with_mode(CachedLM(model), "refeed"),
     }
-    times = {name: {"forward": [], "rollback": []} for name in engines}
-    for lm in engines.values():  # warm-up
-        rollback_round(lm, prefix, steps[:4], keeps[:4])
-    for _ in range(args.rounds):
-        for name, lm in engines.items():
-            forward_s, rollback_s = rollback_round(lm, prefix, steps, keeps)
-            times[name]["forward"].append(statistics.median(forward_s))
-            times[name]["rollback"].append(statistics.mean(rollback_s))
+    rollback_rounds(engines, prefix, steps[:4], keeps[:4], rounds=1)  # warm-up
+    times = rollback_rounds(engines, prefix, steps, keeps, args.rounds)
     stock = statistics.median(times["stock"]["forward"])
     result = {"verify_width": width, "stock_forward_ms": 1e3 * stock}
     for name in ("states", "refeed"):
@@ -161,6 +165,14 @@ def always_right(decoder: Decoder, prompt: list[int], guess: list[int], gamma: i
     raise RuntimeError("the always-right drafter did not converge")
 
 
+def hf_generate_seconds(model, prompt: list[int], max_new_tokens: int) -> float:
+    """transformers' own greedy decoding, for reference (it cannot speculate on this model)."""
+    start = time.perf_counter()
+    ids = torch.tensor([prompt])
+    model.generate(ids, do_sample=False, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, pad_token_id=0)
+    return time.perf_counter() - start
+
+
 def part_decoding(model, args) -> dict:
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
@@ -183,6 +195,7 @@ def part_decoding(model, args) -> dict:
             rows.append(
                 {
                     "plain_tok_s": plain.stats.tokens_per_second,
+                    "hf_plain_tok_s": args.max_new_tokens / hf_generate_seconds(model, prompt, args.max_new_tokens),
                     "oracle_tok_s": oracle.stats.tokens_per_second,
                     "oracle_alpha": oracle.stats.acceptance_rate,
                     "oracle_identical": oracle.token_ids == plain.token_ids,
@@ -196,6 +209,7 @@ def part_decoding(model, args) -> dict:
     return {
         "runs": len(rows),
         "plain_tok_s": plain,
+        "hf_plain_tok_s": statistics.mean(r["hf_plain_tok_s"] for r in rows),
         "oracle_tok_s": oracle,
         "oracle_speedup": statistics.mean(r["oracle_tok_s"] / r["plain_tok_s"] for r in rows),
         "oracle_alpha": statistics.mean(r["oracle_alpha"] for r in rows),
@@ -212,10 +226,11 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    parser.add_argument("--gamma", type=int, default=4)
+    parser.add_argument("--gammas", type=int, nargs="+", default=[2, 3, 4, 5], help="part 1: draft lengths")
+    parser.add_argument("--gamma", type=int, default=4, help="part 2: draft length")
     parser.add_argument("--prefix", type=int, default=64, help="prompt tokens before the verify calls")
-    parser.add_argument("--calls", type=int, default=40, help="verify calls per round")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=30, help="verify calls per round")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
@@ -234,8 +249,10 @@ def main() -> None:
         "threads": torch.get_num_threads(),
         "load_before": os.getloadavg()[0],
     }
-    result["rollback"] = part_rollback(model, args)
-    print(json.dumps(result["rollback"], indent=1), flush=True)
+    result["rollback"] = {}
+    for gamma in args.gammas:
+        result["rollback"][gamma] = part_rollback(model, gamma, args)
+        print(json.dumps({f"gamma {gamma}": result["rollback"][gamma]}), flush=True)
     if not args.skip_decoding:
         result["decoding"] = part_decoding(model, args)
         print(json.dumps(result["decoding"], indent=1), flush=True)

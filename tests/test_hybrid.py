@@ -145,7 +145,7 @@ NO_PENALTY = SamplingConfig(temperature=1.0, top_k=3, top_p=0.95)
 
 @pytest.mark.parametrize(
     ("drafter_name", "sampling", "prompt_tokens", "trials"),
-    [("model", SAMPLING, 12, 400), ("prompt-lookup", NO_PENALTY, 4, 300)],
+    [("model", SAMPLING, 12, 300), ("prompt-lookup", NO_PENALTY, 4, 250)],
 )
 def test_sampled_output_follows_the_exact_distribution(
     verifier, draft_model, drafter_name, sampling, prompt_tokens, trials
