@@ -41,12 +41,13 @@ def count_streamed(documents, order, vocab, chunk_documents):
 
 
 @pytest.mark.parametrize("order", range(1, MAX_ORDER + 1))
-@pytest.mark.parametrize("vocab", [12, 262_144])
-def test_counts_equal_brute_force(order, vocab):
+@pytest.mark.parametrize(("vocab", "key_bits"), [(12, 63), (262_144, 63), (262_144, 12)])
+def test_counts_equal_brute_force(order, vocab, key_bits):
+    """A narrow key width forces the argsort path that keys too wide to pack take."""
     for seed in range(3):
         documents = random_documents(seed, vocab)
         expected = brute_force(documents, order)
-        trie = count_chunk(*as_arrays(documents), order, vocab)
+        trie = count_chunk(*as_arrays(documents), order, vocab, key_bits=key_bits)
         assert trie.to_dict() == dict(expected)
         assert trie.num_tokens == sum(map(len, documents))
         assert trie.documents == sum(1 for d in documents if d)

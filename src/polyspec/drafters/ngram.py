@@ -141,7 +141,7 @@ class NGramDrafter:
         self._state = ROOT
         self._fed = 0
         self._last = -1
-        self._large: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._large: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, float]] = {}
         if self.cache is not None:
             self.cache = ContextCache(self.cache.max_context)
 

@@ -49,7 +49,9 @@ def train(
     tokenizer: Annotated[str, typer.Option(help="Tokenizer: a tokenizer or model directory, or a hub id.")],
     out: Annotated[Path, typer.Option(help="Model file to write.")],
     corpus: Annotated[list[Path], typer.Option(help="Corpus files or directories: .txt, .jsonl, .tsv, .gz of these.")],
-    more_corpus: Annotated[list[Path] | None, typer.Argument(help="More corpus paths.", show_default=False)] = None,
+    more_corpus: Annotated[
+        list[Path] | None, typer.Argument(help="More corpus paths.", metavar="CORPUS", show_default=False)
+    ] = None,
     order: Annotated[int, typer.Option(help="N-gram order, 1 to 8.")] = 2,
     min_count: Annotated[int, typer.Option(help="Drop n-grams (order >= 2) seen fewer times.")] = 1,
     text_field: Annotated[str, typer.Option(help="JSONL field holding the text.")] = "text",

@@ -32,10 +32,10 @@ def _runs(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return first, sorted_keys[starts], lengths
 
 
-def _distinct(keys: np.ndarray, key_bound: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _distinct(keys: np.ndarray, key_bound: int, key_bits: int = 63) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Distinct keys, their counts, and the distinct-key index of every input key."""
     position_bits = _bits(len(keys))
-    if _bits(key_bound) + position_bits <= 63:
+    if _bits(key_bound) + position_bits <= key_bits:
         packed = (keys << position_bits) | np.arange(len(keys), dtype=np.int64)
         packed.sort()
         sorted_keys = packed >> position_bits
@@ -43,15 +43,16 @@ def _distinct(keys: np.ndarray, key_bound: int) -> tuple[np.ndarray, np.ndarray,
     else:
         positions = np.argsort(keys)
         sorted_keys = keys[positions]
-    first, unique, counts = _runs(sorted_keys)
+    _, unique, counts = _runs(sorted_keys)
     groups = np.empty(len(keys), dtype=np.int64)
-    groups[positions] = np.cumsum(first) - 1
+    groups[positions] = np.repeat(np.arange(len(unique), dtype=np.int64), counts)
     return unique, counts, groups
 
 
-def count_chunk(tokens: np.ndarray, lengths: np.ndarray, order: int, vocab_size: int) -> Trie:
+def count_chunk(tokens: np.ndarray, lengths: np.ndarray, order: int, vocab_size: int, key_bits: int = 63) -> Trie:
     """tokens: [n] uint32, the documents one after another; lengths: [d] tokens per document.
-    Returns the counts of every n-gram of order 1..order lying inside one document."""
+    Returns the counts of every n-gram of order 1..order lying inside one document.
+    (A key_bits below 63 only serves to test the argsort path that very wide keys take.)"""
     tokens = np.asarray(tokens, dtype=np.uint32)
     lengths = np.asarray(lengths, dtype=np.int64)
     size = len(tokens)
@@ -82,7 +83,7 @@ def count_chunk(tokens: np.ndarray, lengths: np.ndarray, order: int, vocab_size:
             keys.sort()
             _, unique, counts = _runs(keys)
         else:
-            unique, counts, groups = _distinct(keys, previous_count * width)
+            unique, counts, groups = _distinct(keys, previous_count * width, key_bits)
             previous_ranks = np.zeros(size, dtype=np.int64)
             previous_ranks[starts] = groups
             previous_count = len(unique)
