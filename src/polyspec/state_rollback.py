@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 RULE_NAMES = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule")
 # Layer types whose cache holds a state that dropping entries cannot undo.
-STATEFUL_TYPES = frozenset({"linear_attention", "conv", "mamba", "hybrid", "hybrid_sliding", "moe_linear"})
+STATEFUL_TYPES = frozenset({"linear_attention", "conv", "mamba", "hybrid", "hybrid_sliding"})
 MODES = ("states", "refeed")
 # Wide enough for any verification (gamma + 1 tokens); narrow enough that a prompt never runs
 # token by token.

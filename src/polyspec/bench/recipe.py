@@ -6,10 +6,11 @@ study's 12 languages.
 downloadable) and, in practice, a GPU. Without the weights it stops before doing anything.
 `dry_run=True` needs neither: it builds the same architectures from their known configs
 (`KNOWN_CONFIGS`, the real text-model values), shrunk in width and depth but keeping the layer
-pattern and the head counts, with random weights and a byte-level tokenizer, and runs one
-verifier step of every configuration on two built-in sentences per language. Random models
-agree on little, so the dry run checks the wiring (loading, hybrid rollback, every mode and
-gamma, greedy identity with plain decoding), not acceptance rates.
+pattern and the head counts, with random float32 weights and a byte-level tokenizer, and runs
+every configuration for max(gammas) + 1 tokens (room for one full draft at the largest gamma)
+on built-in sentences, two per language. Random models agree on little, so the dry run checks
+the wiring (hybrid rollback, every mode and gamma, greedy identity with plain decoding), not
+acceptance rates.
 """
 
 from __future__ import annotations
@@ -240,7 +241,7 @@ def run_recipe(
 
     One record per run, also written as JSON lines to `out_dir/{recipe.name}[-dry-run].jsonl`.
     `prompts` (language -> texts) replaces the built-in prompts. The dry run generates
-    max(gammas) + 1 tokens: one verifier step of a full draft at the largest gamma.
+    max(gammas) + 1 tokens per run: room for one full draft at the largest gamma.
     """
     unknown = [code for code in recipe.languages if code not in LANGUAGE_NAMES and not (prompts and code in prompts)]
     if unknown:
