@@ -132,6 +132,8 @@ def run_cli(monkeypatch, capsys, *args):
         ["--gammas", "0"],
         ["--modes", "beam"],
         ["--tasks", "poetry"],
+        ["--recipe", "nope"],
+        ["--dry-run"],
     ],
 )
 def test_bench_bad_input_is_one_line(monkeypatch, capsys, tmp_path, args):

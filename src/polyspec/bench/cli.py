@@ -95,11 +95,13 @@ def bench(
 
 
 def run_recipe_command(name: str, dry_run: bool, out: Path) -> None:
-    try:
-        from polyspec.bench import recipe as recipes
-    except ImportError as exc:
-        raise UserError("recipes are not available in this installation") from exc
-    recipes.run_named_recipe(name, dry_run=dry_run, out_dir=out)
+    from polyspec.bench.recipe import STUDY_RECIPE, run_recipe
+
+    recipes = {"study": STUDY_RECIPE}
+    if name not in recipes:
+        raise UserError(f"unknown recipe {name!r}: use {', '.join(recipes)}")
+    records = run_recipe(recipes[name], dry_run=dry_run, out_dir=out)
+    typer.echo(f"{len(records)} runs: {out}", err=True)
 
 
 def report_command(
