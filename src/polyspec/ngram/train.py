@@ -52,7 +52,7 @@ def check_output(out: Path) -> None:
 
 @contextmanager
 def _progress(enabled: bool, total_bytes: int) -> Iterator[Callable[..., None]]:
-    """Yields update(bytes=..., tokens=...): a rich bar on stderr, or nothing."""
+    """Yields update(nbytes=..., tokens=...): a rich bar on stderr, or nothing."""
     if not enabled:
         yield lambda **_: None
         return
@@ -78,9 +78,9 @@ def _progress(enabled: bool, total_bytes: int) -> Iterator[Callable[..., None]]:
         task = progress.add_task("count", total=total_bytes, tokens=0)
         state = {"tokens": 0}
 
-        def update(bytes: int = 0, tokens: int = 0) -> None:
+        def update(nbytes: int = 0, tokens: int = 0) -> None:
             state["tokens"] += tokens
-            progress.update(task, advance=bytes, tokens=state["tokens"])
+            progress.update(task, advance=nbytes, tokens=state["tokens"])
 
         yield update
 
@@ -121,7 +121,7 @@ def train(
     total_bytes = sum(path.stat().st_size for path in files)
     with _progress(show_progress, total_bytes) as update:
         for path in files:
-            for documents in read_documents(path, record_format, on_bytes=lambda n: update(bytes=n)):
+            for documents in read_documents(path, record_format, on_bytes=lambda n: update(nbytes=n)):
                 t0 = time.perf_counter()
                 tokens, lengths = encoder.encode(documents)
                 tokenize_seconds += time.perf_counter() - t0
