@@ -66,7 +66,14 @@ def test_the_bench_runs_distilled_drafters_and_reports_how_they_generalise(verif
     baseline = drafter_dir("tst", "baseline")
     init_drafter(str(verifier_dir), 2, baseline, 48, [VocabSource("test", corpus_lines())])
     options = DataOptions(kind="translation", language="tst", max_new_tokens=8, samples=2, parallel=str(training))
-    settings = {"steps": 6, "batch_size": 4, "lr": 3e-3, "device": "cpu", "teacher_dtype": "float32"}
+    settings = {
+        "steps": 6,
+        "batch_size": 4,
+        "lr": 3e-3,
+        "device": "cpu",
+        "teacher_dtype": "float32",
+        "mixed_precision": "no",
+    }
     train(
         TrainConfig(str(verifier_dir), str(baseline), str(drafter_dir("tst", "task")), options, **settings),
         show_progress=False,

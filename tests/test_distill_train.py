@@ -51,6 +51,7 @@ def config(verifier_dir, drafter_dir, out, pairs, **overrides) -> TrainConfig:
     data = {"kind": "translation", "language": "tst", "max_new_tokens": 8, "samples": 2, "parallel": str(pairs)}
     data |= overrides.pop("data", {})
     settings = {"steps": 12, "batch_size": 4, "lr": 3e-3, "warmup": 2, "device": "cpu", "teacher_dtype": "float32"}
+    settings["mixed_precision"] = "no"  # the same numbers on every CPU
     settings |= overrides
     return TrainConfig(str(verifier_dir), str(drafter_dir), str(out), DataOptions(**data), **settings)
 
@@ -206,7 +207,8 @@ def test_cli_train_writes_the_languages_task_drafter(
     code, _, err = run_cli(monkeypatch, capsys, *args, "--steps", "2")
     assert code == 2 and "polyspec distill init --language tst" in err  # no baseline yet
     options = ["--drafter", str(drafter_dir), "--parallel", str(language), "--steps", "3", "--batch-size", "2"]
-    options += ["--max-new-tokens", "4", "--samples", "1", "--dtype", "float32", "--no-progress", "--json"]
+    options += ["--max-new-tokens", "4", "--samples", "1", "--dtype", "float32", "--mixed-precision", "no"]
+    options += ["--no-progress", "--json"]
     code, out, err = run_cli(monkeypatch, capsys, *args, *options)
     assert code == 0, err
     report = json.loads(out)

@@ -80,7 +80,7 @@ def train(
     on_policy: Annotated[
         bool, typer.Option(help="Train on the drafter's own samples, scored by the verifier.")
     ] = False,
-    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 300,
+    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 150,
     batch_size: Annotated[int, typer.Option(help="Sequences per step and process.")] = 8,
     lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW, warmup then cosine).")] = 1e-4,
     warmup: Annotated[int, typer.Option(help="Warmup steps.")] = 20,
@@ -89,14 +89,15 @@ def train(
     max_new_tokens: Annotated[int, typer.Option(help="Tokens the verifier writes per translation prompt.")] = 48,
     samples: Annotated[int, typer.Option(help="Verifier outputs per prompt: 1 greedy, the rest sampled.")] = 4,
     window: Annotated[int, typer.Option(help="Tokens per monolingual window.")] = 64,
+    max_prompt_tokens: Annotated[int, typer.Option(help="Leave out longer translation prompts; 0 = none.")] = 256,
     seed: Annotated[int, typer.Option(help="Seed for data order, sampling and initialisation.")] = 0,
-    save_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 100,
+    save_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 50,
     resume: Annotated[bool, typer.Option(help="Continue from the latest checkpoint in OUT.train/.")] = False,
     keep_checkpoints: Annotated[bool, typer.Option(help="Keep OUT.train/ after the drafter is written.")] = False,
     cache: Annotated[bool, typer.Option(help="Cache the verifier's outputs on disk and reuse them.")] = True,
     cache_dir: Annotated[Path | None, typer.Option(help="Where to cache them.")] = None,
     dtype: Annotated[str, typer.Option(help="Verifier dtype: auto | float32 | bfloat16 | float16")] = "auto",
-    mixed_precision: Annotated[str, typer.Option(help="Drafter compute: no | bf16 | fp16")] = "no",
+    mixed_precision: Annotated[str, typer.Option(help="Drafter compute: auto | no | bf16 | fp16")] = "auto",
     device: Annotated[str, typer.Option(help="auto | cpu | cuda (under accelerate launch: auto)")] = "auto",
     evaluate: Annotated[bool, typer.Option(help="Loss and top-1 agreement over all data before and after.")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress bars on stderr.")] = True,
@@ -127,6 +128,7 @@ def train(
         max_new_tokens=max_new_tokens,
         samples=samples,
         window=window,
+        max_prompt_tokens=max_prompt_tokens,
         seed=seed,
         parallel=str(parallel) if parallel else None,
         corpus=str(corpus) if corpus else None,
@@ -152,11 +154,14 @@ def train(
     report = run_training(
         config, resume=resume, show_progress=progress, keep_checkpoints=keep_checkpoints, evaluate=evaluate
     )
+    if not report.main:
+        return
     if as_json:
         print(json.dumps(report.to_dict()))
         return
     print(
-        f"wrote {report.out}: {report.steps} steps on {report.examples} sequences in {report.train_seconds:.0f} s "
+        f"wrote {report.out}: {report.steps} steps on {report.examples} sequences, {report.processes} process(es), "
+        f"in {report.train_seconds:.0f} s "
         f"({report.seconds_per_step:.2f} s/step; verifier outputs {report.data_seconds:.0f} s"
         f"{', cached' if report.cache_hit else ''}); loss {report.loss_first:.4f} -> {report.loss_last:.4f}, "
         f"top-1 agreement {report.top1_first:.3f} -> {report.top1_last:.3f}"

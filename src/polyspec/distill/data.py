@@ -39,6 +39,7 @@ class DataOptions:
     samples: int = 4  # generations per translation prompt: one greedy, the rest sampled
     window: int = 64  # tokens per monolingual window, BOS included
     shots: int = 1  # few-shot examples per translation prompt, as in the benchmark
+    max_prompt_tokens: int = 256  # longer translation prompts are left out; 0: no limit
     seed: int = 0
     parallel: str | None = None  # training TSV replacing the UDHR pairs
     corpus: str | None = None  # monolingual text replacing the language's corpus split
@@ -47,7 +48,8 @@ class DataOptions:
     def __post_init__(self) -> None:
         if self.kind not in DATA_KINDS:
             raise UserError(f"unknown data {self.kind!r}: use {', '.join(DATA_KINDS)}")
-        for name, low in (("top_k", 0), ("max_new_tokens", 1), ("samples", 1), ("window", 4), ("shots", 1)):
+        lows = {"top_k": 0, "max_new_tokens": 1, "samples": 1, "window": 4, "shots": 1, "max_prompt_tokens": 0}
+        for name, low in lows.items():
             if getattr(self, name) < low:
                 raise UserError(f"{name.replace('_', '-')} must be >= {low}, got {getattr(self, name)}")
 
@@ -106,6 +108,20 @@ def translation_prompts(language, items: Sequence, shots: int, seed: int) -> lis
     from polyspec.bench.tasks import pick_shots, translation_prompt
 
     return [translation_prompt(language, item, pick_shots(list(items), item, shots, seed)).text for item in items]
+
+
+def translation_prompt_ids(tokenizer, language, options: DataOptions) -> list[list[int]]:
+    """The encoded training prompts, without those over `max_prompt_tokens` (a few UDHR items
+    join many paragraphs: padding a batch to them would multiply the cost of every step)."""
+    items = translation_items(language, options.parallel)
+    prompts = [
+        tokenizer(text)["input_ids"] for text in translation_prompts(language, items, options.shots, options.seed)
+    ]
+    limit = options.max_prompt_tokens
+    kept = [ids for ids in prompts if not limit or len(ids) <= limit]
+    if not kept:
+        raise UserError(f"every training prompt is longer than {limit} tokens: raise --max-prompt-tokens")
+    return kept
 
 
 def monolingual_paragraphs(language, corpus: str | None) -> list[str]:
@@ -247,10 +263,7 @@ def build(verifier, options: DataOptions, batch_size: int = 8, progress: Progres
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     advance = progress or (lambda n: None)
     if options.kind == "translation":
-        items = translation_items(language, options.parallel)
-        prompts = [
-            tokenizer(text)["input_ids"] for text in translation_prompts(language, items, options.shots, options.seed)
-        ]
+        prompts = translation_prompt_ids(tokenizer, language, options)
         if options.prompts_only:
             return TeacherData(prompts, [len(p) - 1 for p in prompts], [len(p) for p in prompts])
         return _translation_targets(verifier.model, prompts, options, pad, batch_size, advance)
@@ -301,7 +314,7 @@ def work_units(verifier, options: DataOptions) -> int:
     if options.prompts_only:
         return 0
     if options.kind == "translation":
-        return len(translation_items(language, options.parallel)) * options.samples
+        return len(translation_prompt_ids(verifier.tokenizer, language, options)) * options.samples
     if not options.top_k:
         return 0
     return len(windows(verifier.tokenizer, monolingual_paragraphs(language, options.corpus), options.window))

@@ -29,7 +29,7 @@ from polyspec.distill.build import column_ids, decoder_body, output_logits, redu
 from polyspec.distill.losses import LOSSES, Target, distill_loss, top1_agreement
 from polyspec.errors import UserError
 
-MIXED_PRECISION = ("no", "bf16", "fp16")
+MIXED_PRECISION = ("auto", "no", "bf16", "fp16")
 # Options that change neither the batches nor the updates: a run may resume with others.
 NOT_FINGERPRINTED = ("out", "cache_dir", "save_every", "keep", "teacher_batch")
 
@@ -42,7 +42,7 @@ class TrainConfig:
     data: teacher.DataOptions
     loss: str = "fkl"
     on_policy: bool = False
-    steps: int = 300
+    steps: int = 150
     batch_size: int = 8  # sequences per process and step
     lr: float = 1e-4
     warmup: int = 20
@@ -50,9 +50,9 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     seed: int = 0
     teacher_dtype: str = "auto"
-    mixed_precision: str = "no"
+    mixed_precision: str = "auto"  # bf16 where the hardware computes in it natively
     device: str = "auto"
-    save_every: int = 100
+    save_every: int = 50
     keep: int = 2  # checkpoints kept
     cache_dir: str | None = None  # None: verifier outputs are not cached
     teacher_batch: int = 8
@@ -86,6 +86,7 @@ class TrainConfig:
 class TrainReport:
     out: str
     steps: int
+    processes: int
     examples: int
     cache: str | None
     cache_hit: bool
@@ -99,10 +100,12 @@ class TrainReport:
     eval_loss: tuple[float, float]  # over all training examples, before and after (NaN: not evaluated)
     eval_top1: tuple[float, float]
     history: list[dict] = field(default_factory=list, repr=False)
+    main: bool = True  # the process that reports (the others stay quiet)
 
     def to_dict(self) -> dict:
         fields = asdict(self)
         fields.pop("history")
+        fields.pop("main")
         return fields
 
 
@@ -127,6 +130,18 @@ def freeze_embeddings(model: nn.Module) -> list[nn.Parameter]:
     if reduced_head(model) is None:
         model.get_output_embeddings().weight.requires_grad_(False)
     return [p for p in model.parameters() if p.requires_grad]
+
+
+def resolve_precision(name: str, device: str) -> str:
+    """'auto': bf16 autocast on GPUs that support it and on CPUs with native bf16, else none
+    (master weights stay float32 either way)."""
+    if name != "auto":
+        return name
+    from polyspec.models import cpu_has_native_bf16
+
+    if device != "cpu" and torch.cuda.is_available():
+        return "bf16" if torch.cuda.is_bf16_supported() else "no"
+    return "bf16" if cpu_has_native_bf16() else "no"
 
 
 def warmup_cosine(warmup: int, steps: int):
@@ -175,7 +190,8 @@ class Trainer:
         self.show_progress = show_progress
         if config.device != "auto":
             resolve_device(config.device)  # a clear error for CUDA asked for but absent
-        self.accelerator = Accelerator(cpu=config.device == "cpu", mixed_precision=config.mixed_precision)
+        precision = resolve_precision(config.mixed_precision, config.device)
+        self.accelerator = Accelerator(cpu=config.device == "cpu", mixed_precision=precision)
         set_seed(config.seed)
         device = self.accelerator.device
         self.meta = read_meta(config.drafter)
@@ -302,10 +318,13 @@ class Trainer:
         with self._progress() as progress:
             task = progress.add_task("distill", total=config.steps, completed=first, stats="")
             for step in range(first, config.steps):
+                clock = time.perf_counter()
                 loss, top1 = self.step(data, step)
+                seconds = time.perf_counter() - clock
                 smooth_loss = loss if smooth_loss is None else 0.9 * smooth_loss + 0.1 * loss
                 smooth_top1 = top1 if smooth_top1 is None else 0.9 * smooth_top1 + 0.1 * top1
                 record = {"step": step + 1, "loss": loss, "top1": top1, "lr": self.scheduler.get_last_lr()[0]}
+                record["seconds"] = seconds
                 history.append(record)
                 self._log(record)
                 progress.update(task, advance=1, stats=f"loss {smooth_loss:.4f}  top-1 {smooth_top1:.3f}")
@@ -328,6 +347,7 @@ class Trainer:
         return TrainReport(
             out=config.out,
             steps=config.steps,
+            processes=acc.num_processes,
             examples=len(data),
             cache=str(cache) if cache else None,
             cache_hit=hit,
@@ -341,6 +361,7 @@ class Trainer:
             eval_loss=(before[0], after[0]),
             eval_top1=(before[1], after[1]),
             history=history,
+            main=acc.is_main_process,
         )
 
     # ------------------------------------------------------------ checkpoints
