@@ -166,7 +166,7 @@ def train(
         f"{', cached' if report.cache_hit else ''}); loss {report.loss_first:.4f} -> {report.loss_last:.4f}, "
         f"top-1 agreement {report.top1_first:.3f} -> {report.top1_last:.3f}"
     )
-    if evaluate:
+    if evaluate and not on_policy:  # on-policy data are prompts only: nothing fixed to evaluate on
         (loss_before, loss_after), (top1_before, top1_after) = report.eval_loss, report.eval_top1
         print(
             f"over all training data: loss {loss_before:.4f} -> {loss_after:.4f}, "

@@ -31,7 +31,7 @@ from polyspec.errors import UserError
 
 MIXED_PRECISION = ("auto", "no", "bf16", "fp16")
 # Options that change neither the batches nor the updates: a run may resume with others.
-NOT_FINGERPRINTED = ("out", "cache_dir", "save_every", "keep", "teacher_batch")
+NOT_FINGERPRINTED = ("out", "cache_dir", "save_every", "keep", "teacher_batch", "device")
 
 
 @dataclass(frozen=True)
