@@ -288,3 +288,28 @@ def test_unsupported_recurrent_layers_are_a_user_error():
     )
     with pytest.raises(UserError, match="conv"):
         CachedLM(Lfm2ForCausalLM(config).eval())
+
+
+def test_generate_cli_is_lossless_on_saved_hybrid_models(
+    tmp_path, monkeypatch, capsys, tokenizer, verifier, draft_model
+):
+    """Through the command line's contract, as a user with Qwen3.5 checkpoints on disk runs it."""
+    import json
+    import sys
+
+    from polyspec.cli import main
+
+    verifier.model.save_pretrained(tmp_path / "verifier")
+    tokenizer.save_pretrained(tmp_path / "verifier")
+    draft_model.model.save_pretrained(tmp_path / "draft")
+    tokenizer.save_pretrained(tmp_path / "draft")
+    prompt = "w5 w6 w7 w5 w6 w7 w5"
+    ids = tokenizer(prompt)["input_ids"]
+    expected = hf_greedy(verifier.model, ids, 20)
+    for drafter in ("none", "prompt-lookup", f"model:{tmp_path / 'draft'}"):
+        args = ["generate", "--verifier", str(tmp_path / "verifier"), "--drafter", drafter, "--gamma", "3"]
+        args += ["--prompt", prompt, "--max-new-tokens", "20", "--dtype", "float32", "--json"]
+        monkeypatch.setattr(sys, "argv", ["polyspec", *args])
+        main()
+        result = json.loads(capsys.readouterr().out)
+        assert result["token_ids"] == expected, drafter
