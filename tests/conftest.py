@@ -6,6 +6,7 @@ their sliding window (8 tokens) is short so that sequences outgrow it.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,20 @@ def tiny_llama(seed: int):
     with torch.no_grad():
         model.lm_head.weight.mul_(8.0)
     return model
+
+
+def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """Run the `polyspec` entry point in-process: (exit code, stdout, stderr)."""
+    from polyspec.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["polyspec", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code or 0
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def save(model, tokenizer, path: Path) -> Path:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tarfile
 
 import pytest
+from conftest import run_cli
 from test_assets_fakes import build_udhr_tarball, declaration_html, install_fake_udhr, paragraph_text
 
 from polyspec.assets import fetch, store, udhr
-from polyspec.cli import main
 from polyspec.errors import UserError
 
 
@@ -20,17 +19,6 @@ def home(tmp_path, monkeypatch):
     root = tmp_path / "home"
     monkeypatch.setenv("POLYSPEC_HOME", str(root))
     return root
-
-
-def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["polyspec", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def install_fake_asset(name: str, files: dict[str, str]) -> None:

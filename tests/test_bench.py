@@ -4,15 +4,14 @@ report files, and one-line errors."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
+from conftest import run_cli
 
 from polyspec.bench.grid import BenchConfig, record_key
 from polyspec.bench.report import write_report
 from polyspec.bench.results import read_records
 from polyspec.bench.runner import plan_units, resolve_grid_languages, run_bench
-from polyspec.cli import main
 
 FIELDS = {
     "version", "commit", "seed", "dtype", "device", "language", "task", "drafter", "gamma", "mode", "alpha",
@@ -109,17 +108,6 @@ def test_report_writes_tables_csv_and_plots(verifier_dir, language_files, tmp_pa
         assert (tmp_path / "report" / name).stat().st_size > 0
     rows = (tmp_path / "report" / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + len(read_records(first)) + len(read_records(second))
-
-
-def run_cli(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["polyspec", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize(

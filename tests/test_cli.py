@@ -8,20 +8,7 @@ import sys
 
 import pytest
 import torch
-from conftest import SPECIALS, save, tiny_gemma
-
-from polyspec.cli import main
-
-
-def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["polyspec", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
+from conftest import SPECIALS, run_cli, save, tiny_gemma
 
 
 def test_generate_json_matches_transformers_greedy(monkeypatch, capsys, verifier, verifier_dir):

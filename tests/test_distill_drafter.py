@@ -8,9 +8,8 @@ import json
 
 import pytest
 import torch
-from conftest import VOCAB_WORDS, save, tiny_gemma
+from conftest import VOCAB_WORDS, run_cli, save, tiny_gemma
 from test_assets_fakes import install_fake_udhr
-from test_cli import run_cli
 from test_decoding import SAMPLING, chi_square_pvalue, exact_joint, hf_greedy, random_prompts
 
 from polyspec.assets import languages

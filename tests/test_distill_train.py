@@ -8,9 +8,8 @@ import re
 
 import pytest
 import torch
-from conftest import VOCAB_WORDS
+from conftest import VOCAB_WORDS, run_cli
 from test_assets_fakes import install_fake_udhr
-from test_cli import run_cli
 
 from polyspec.assets import languages
 from polyspec.assets.languages import Language

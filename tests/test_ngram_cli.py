@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SPECIALS, VOCAB_WORDS
-from test_cli import run_cli
+from conftest import SPECIALS, VOCAB_WORDS, run_cli
 
 from polyspec.ngram.storage import load
 
