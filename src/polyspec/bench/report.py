@@ -229,8 +229,9 @@ def write_report(paths: list[Path], out_dir: Path) -> Path:
         "",
         "## Summary by drafter",
         "",
-        "| drafter | alpha | f measured | f predicted | c | tau | chrF | copy4 | distinct2 | greedy identical |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| drafter | alpha | f measured | f predicted | c | tau | chrF | copy4 | distinct2 | greedy identical "
+        "| first divergence |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for d in drafters:
         rs = [r for r in records if r["drafter"] == d]
@@ -244,11 +245,14 @@ def write_report(paths: list[Path], out_dir: Path) -> Path:
 
         greedy = [r for r in rs if r["mode"] == "greedy"]
         same = f"{sum(r['identical'] for r in greedy)}/{len(greedy)}" if greedy else "-"
+        # Where greedy outputs part (bfloat16 near-ties), as token positions.
+        diverged = sorted(r["first_divergence"] for r in greedy if r.get("first_divergence") is not None)
+        where = ", ".join(map(str, diverged)) if diverged else "-"
         c_values = [r["c"] for r in rs if r.get("c") is not None]
         c_text = f"{sum(c_values) / len(c_values):.1e}" if c_values else "-"
         lines.append(
             f"| {d} | {col('alpha')} | {col('f_measured')} | {col('f_predicted')} | {c_text} | {col('tau')} | "
-            f"{col('chrf')} | {col('copy4')} | {col('distinct2')} | {same} |"
+            f"{col('chrf')} | {col('copy4')} | {col('distinct2')} | {same} | {where} |"
         )
     for task in ordered({r["task"] for r in records}, ["translation", "story", "continuation"]):
         for mode in ordered({r["mode"] for r in records}, ["greedy", "sample"]):
