@@ -66,6 +66,8 @@ class NGramModels:
     def __init__(self, verifier: LoadedModel, cache_dir: Path) -> None:
         self.verifier = verifier
         self.cache_dir = cache_dir
+        vocab = sorted(verifier.tokenizer.get_vocab().items())
+        self.vocab_hash = hashlib.sha256(repr(vocab).encode()).hexdigest()
 
     def path(self, language, order: int) -> Path:
         from polyspec.ngram.train import train
@@ -74,8 +76,7 @@ class NGramModels:
         if not paragraphs:
             raise UserError(f"language {language.code!r} has no corpus text to train an n-gram drafter on")
         text = "\n".join(p.replace("\n", " ") for p in paragraphs) + "\n"
-        vocab_hash = hashlib.sha256(repr(sorted(self.verifier.tokenizer.get_vocab().items())).encode()).hexdigest()
-        key = hashlib.sha256(f"{vocab_hash}\n{order}\n{text}".encode()).hexdigest()[:16]
+        key = hashlib.sha256(f"{self.vocab_hash}\n{order}\n{text}".encode()).hexdigest()[:16]
         model = self.cache_dir / f"{language.code}-o{order}-{key}.ngram"
         if not model.exists():
             self.cache_dir.mkdir(parents=True, exist_ok=True)
