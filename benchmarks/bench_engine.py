@@ -112,7 +112,8 @@ def main() -> None:
             rows.append(row)
             print(
                 f"prompt {index} rep {repeat}: plain {row['plain']['tokens_per_second']:.1f} tok/s, "
-                f"lookup {row['lookup']['tokens_per_second']:.1f} tok/s (alpha {row['lookup']['acceptance_rate']:.2f}), "
+                f"lookup {row['lookup']['tokens_per_second']:.1f} tok/s "
+                f"(alpha {row['lookup']['acceptance_rate']:.2f}), "
                 f"hf plain {args.max_new_tokens / row['hf_plain_seconds']:.1f}, "
                 f"hf lookup {args.max_new_tokens / row['hf_lookup_seconds']:.1f}, load {row['load']:.2f}",
                 flush=True,
