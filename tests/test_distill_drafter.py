@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import VOCAB_WORDS, run_cli, save, tiny_gemma
 from test_assets_fakes import install_fake_udhr
-from test_decoding import SAMPLING, chi_square_pvalue, exact_joint, hf_greedy, random_prompts
+from test_decoding import check_sampling_is_exact, hf_greedy, random_prompts
 
 from polyspec.assets import languages
 from polyspec.assets.languages import Language
@@ -108,7 +108,6 @@ def test_greedy_output_is_identical_with_a_reduced_vocabulary(verifier, reduced_
 
 
 def test_sampling_with_a_reduced_vocabulary_follows_the_exact_distribution(verifier, reduced_dir):
-    decoder = Decoder(verifier)
     drafter = make_drafter(f"distill:{reduced_dir}", verifier)
     kept = reduced_head(drafter.lm.model).kept_ids
     outside = torch.ones(verifier.vocab_size, dtype=torch.bool)
@@ -122,18 +121,7 @@ def test_sampling_with_a_reduced_vocabulary_follows_the_exact_distribution(verif
         return draft
 
     drafter.propose = checked
-    prompt = [2, 7, 8, 9, *decoder.generate([2, 7, 8, 9], None, max_new_tokens=12).token_ids]
-    steps, trials = 3, 400
-    joint = exact_joint(verifier.model, prompt, SAMPLING, steps)
-    samples, accepted = [], 0
-    for seed in range(trials):
-        result = decoder.generate(
-            prompt, drafter, gamma=3, sampling=SAMPLING, max_new_tokens=steps, seed=seed, eos_token_ids=frozenset()
-        )
-        samples.append(tuple(result.token_ids))
-        accepted += result.stats.accepted
-    assert accepted > trials // 10
-    assert chi_square_pvalue(samples, joint) > 1e-3
+    check_sampling_is_exact(verifier, drafter, trials=400)
 
 
 def test_input_embeddings_are_shared_with_the_verifier(verifier, reduced_dir, full_dir):

@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import build_tokenizer
 from scipy import stats
-from test_decoding import SAMPLING, chi_square_pvalue, exact_joint, hf_greedy
+from test_decoding import check_sampling_is_exact, hf_greedy
 
 from polyspec.decoding import Decoder
 from polyspec.drafters import make_drafter
@@ -170,20 +170,7 @@ def test_sampled_tokens_follow_the_draft_rows(verifier, models):
 
 
 def test_sampled_output_is_exact_with_the_ngram_drafter(verifier, models):
-    decoder = Decoder(verifier)
-    prompt = [2, 7, 8, 9, *decoder.generate([2, 7, 8, 9], None, max_new_tokens=12).token_ids]
-    steps, trials = 3, 500
-    joint = exact_joint(verifier.model, prompt, SAMPLING, steps)
-    drafter = make(str(models[3]) + "+context", verifier)
-    samples, accepted = [], 0
-    for seed in range(trials):
-        result = decoder.generate(
-            prompt, drafter, gamma=3, sampling=SAMPLING, max_new_tokens=steps, seed=seed, eos_token_ids=frozenset()
-        )
-        samples.append(tuple(result.token_ids))
-        accepted += result.stats.accepted
-    assert accepted > trials // 10
-    assert chi_square_pvalue(samples, joint) > 1e-3
+    check_sampling_is_exact(verifier, make(str(models[3]) + "+context", verifier), trials=500)
 
 
 def test_unseen_context_without_backoff(verifier, models):
