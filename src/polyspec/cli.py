@@ -25,13 +25,8 @@ def _root() -> None:
     """Lossless speculative decoding that pays off in every language."""
 
 
-def default_verifier() -> str:
-    """The embedded verifier when it has been fetched, else a name that says what to do."""
-    try:
-        from polyspec.assets.store import embedded_verifier_path
-    except ImportError:
-        return "google/gemma-3-270m"
-    return str(embedded_verifier_path())
+# The embedded Gemma-3-270M (`polyspec assets fetch`); a missing asset names that command.
+DEFAULT_VERIFIER = "gemma3-270m"
 
 
 @app.command()
@@ -70,7 +65,7 @@ def generate(
     from polyspec.drafters.base import parse_spec
 
     parse_spec(drafter)
-    model = LoadedModel.load(verifier or default_verifier(), dtype=dtype, device=device)
+    model = LoadedModel.load(verifier or DEFAULT_VERIFIER, dtype=dtype, device=device)
     decoder = Decoder(model)
     prompt_ids = decoder.encode(text)
     result = decoder.generate(

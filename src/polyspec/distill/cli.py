@@ -27,9 +27,9 @@ def register(app: typer.Typer) -> None:
 
 
 def verifier_or_default(verifier: str) -> str:
-    from polyspec.cli import default_verifier
+    from polyspec.cli import DEFAULT_VERIFIER
 
-    return verifier or default_verifier()
+    return verifier or DEFAULT_VERIFIER
 
 
 @distill_app.command()
