@@ -51,17 +51,14 @@ def generate(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Generate from a verifier, speculatively with a drafter."""
-    from polyspec.decoding import Decoder
+    from polyspec.decoding import Decoder, check_budget
     from polyspec.drafters import make_drafter
     from polyspec.models import LoadedModel
     from polyspec.sampling import SamplingConfig
 
     text = read_prompt(prompt, prompt_file)
     sampling = SamplingConfig(temperature, top_k, top_p, repetition_penalty, penalty_window)
-    if gamma < 1:
-        raise UserError(f"gamma must be >= 1, got {gamma}")
-    if max_new_tokens < 1:
-        raise UserError(f"max new tokens must be >= 1, got {max_new_tokens}")
+    check_budget(gamma, max_new_tokens)
     from polyspec.drafters.base import parse_spec
 
     parse_spec(drafter)

@@ -30,6 +30,14 @@ class StopConditions:
     stop_strings: tuple[str, ...] = ()
 
 
+def check_budget(gamma: int, max_new_tokens: int) -> None:
+    """Draft length and token budget must be positive (checked before any model loads)."""
+    if gamma < 1:
+        raise UserError(f"gamma must be >= 1, got {gamma}")
+    if max_new_tokens < 1:
+        raise UserError(f"max new tokens must be >= 1, got {max_new_tokens}")
+
+
 class Decoder:
     """Generates from one verifier with any drafter; reusable across prompts."""
 
@@ -66,10 +74,7 @@ class Decoder:
         eos_token_ids: frozenset[int] | None = None,
     ) -> Generation:
         drafter = drafter or NoDrafter()
-        if gamma < 1:
-            raise UserError(f"gamma must be >= 1, got {gamma}")
-        if max_new_tokens < 1:
-            raise UserError(f"max new tokens must be >= 1, got {max_new_tokens}")
+        check_budget(gamma, max_new_tokens)
         if not prompt_ids:
             raise UserError("the prompt is empty")
         limit = self.verifier.max_length
@@ -140,12 +145,12 @@ class Decoder:
         return rejection_verdict(draft.tokens, draft.probs, target_probs, generator)
 
     def _stop_reason(self, ids, prompt_length, emitted, stop: StopConditions) -> str | None:
-        new = ids[prompt_length:]
-        if any(token in stop.eos_token_ids for token in new[-emitted:]):
+        # Only the tokens emitted this step can end the sequence; no copy of the output per step.
+        if any(token in stop.eos_token_ids for token in ids[-emitted:]):
             return "eos"
-        if stop.stop_strings and self._stop_string_end(new, stop) is not None:
+        if stop.stop_strings and self._stop_string_end(ids[prompt_length:], stop) is not None:
             return "stop_string"
-        if len(new) >= stop.max_new_tokens:
+        if len(ids) - prompt_length >= stop.max_new_tokens:
             return "length"
         return None
 
