@@ -33,9 +33,10 @@ import time
 
 import torch
 
+from polyspec.cached_lm import CachedLM
 from polyspec.decoding import Decoder
 from polyspec.drafters.model import ModelDrafter
-from polyspec.models import CachedLM, LoadedModel
+from polyspec.models import LoadedModel
 from polyspec.state_rollback import StateRollback, delta_rule_layers
 from polyspec.types import Draft
 

@@ -17,7 +17,7 @@ wanted=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   # torch is pinned here, not in pyproject: an unpinned torch resolves to a multi-GB GPU build.
   .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[assets,bench,train,dev]"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[assets,bench,train,serve,dev]"
   echo "$wanted" > "$stamp"
 fi
 

@@ -12,11 +12,12 @@ import torch
 from conftest import tiny_gemma, tiny_llama
 from scipy import stats
 
+from polyspec.cached_lm import CachedLM
 from polyspec.decoding import Decoder
 from polyspec.drafters.model import ModelDrafter
 from polyspec.drafters.prompt_lookup import PromptLookupDrafter
 from polyspec.errors import UserError
-from polyspec.models import CachedLM, LoadedModel
+from polyspec.models import LoadedModel
 from polyspec.sampling import LogitsProcessor, SamplingConfig
 
 

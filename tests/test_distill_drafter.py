@@ -19,8 +19,8 @@ from polyspec.distill.build import ReducedHead, reduced_head
 from polyspec.distill.checkpoint import load_drafter, read_meta
 from polyspec.distill.init import VocabSource, init_drafter
 from polyspec.distill.vocab import always_kept, top_tokens
-from polyspec.drafters.base import make_drafter
 from polyspec.errors import UserError
+from polyspec.specs import make_drafter
 
 KEEP = 40  # of the tiny vocabulary's 64 ids
 

@@ -11,11 +11,12 @@ import pytest
 import torch
 from test_decoding import chi_square_pvalue, exact_joint, hf_greedy, random_prompts
 
+from polyspec.cached_lm import CachedLM
 from polyspec.decoding import Decoder
 from polyspec.drafters.model import ModelDrafter
 from polyspec.drafters.prompt_lookup import PromptLookupDrafter
 from polyspec.errors import UserError
-from polyspec.models import CachedLM, LoadedModel
+from polyspec.models import LoadedModel
 from polyspec.sampling import SamplingConfig
 from polyspec.state_rollback import (
     DEFAULT_STEP_LIMIT,

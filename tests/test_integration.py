@@ -31,8 +31,8 @@ def test_bos_is_added(gemma):
 def test_greedy_identity_on_the_real_verifier(gemma, tmp_path):
     from polyspec.bench.tasks import build_prompts, corpus_text
     from polyspec.decoding import Decoder
-    from polyspec.drafters import make_drafter
     from polyspec.ngram.train import train
+    from polyspec.specs import make_drafter
 
     corpus = tmp_path / "yor.txt"
     corpus.write_text("\n".join(corpus_text("yor")), encoding="utf-8")

@@ -15,11 +15,11 @@ from scipy import stats
 from test_decoding import check_sampling_is_exact, hf_greedy
 
 from polyspec.decoding import Decoder
-from polyspec.drafters import make_drafter
-from polyspec.drafters.ngram import ContextCache, NGramOptions, make, parse_argument
+from polyspec.drafters.ngram import ContextCache, NGramOptions
 from polyspec.errors import UserError
 from polyspec.ngram.train import train
 from polyspec.sampling import LogitsProcessor, SamplingConfig
+from polyspec.specs import make_drafter, parse_ngram
 
 
 @pytest.fixture(scope="module")
@@ -59,18 +59,18 @@ def models(tmp_path_factory, verifier, tokenizer_dir) -> dict[int, Path]:
 @pytest.mark.parametrize(
     ("argument", "expected"),
     [
-        ("m.ngram", NGramOptions("m.ngram")),
-        ("m.ngram+context", NGramOptions("m.ngram", use_context=True)),
-        ("m.ngram?backoff=none", NGramOptions("m.ngram", backoff=False)),
+        ("m.ngram", ("m.ngram", NGramOptions())),
+        ("m.ngram+context", ("m.ngram", NGramOptions(use_context=True))),
+        ("m.ngram?backoff=none", ("m.ngram", NGramOptions(backoff=False))),
         (
             "dir/m.ngram+context?backoff=longest&min_prob=0.25&context_order=3",
-            NGramOptions("dir/m.ngram", True, True, 0.25, 3),
+            ("dir/m.ngram", NGramOptions(True, True, 0.25, 3)),
         ),
-        ("a?b.ngram?min_prob=0.5", NGramOptions("a?b.ngram", min_prob=0.5)),
+        ("a?b.ngram?min_prob=0.5", ("a?b.ngram", NGramOptions(min_prob=0.5))),
     ],
 )
 def test_spec_grammar(argument, expected):
-    assert parse_argument(argument) == expected
+    assert parse_ngram(argument) == expected
 
 
 @pytest.mark.parametrize(
@@ -89,7 +89,7 @@ def test_spec_grammar(argument, expected):
 )
 def test_bad_specs_are_user_errors(argument):
     with pytest.raises(UserError):
-        parse_argument(argument)
+        parse_ngram(argument)
 
 
 SPECS = ["{o2}", "{o3}", "{o4}", "{o1}", "{o2}?backoff=none", "{o3}?backoff=none", "{o2}+context", "{o4}+context",
@@ -119,12 +119,12 @@ def test_tokenizer_mismatch_is_refused(verifier, tmp_path):
     corpus.write_text("w1 w2 w3\n", encoding="utf-8")
     train(str(tmp_path / "other"), [corpus], 2, tmp_path / "other.ngram", show_progress=False)
     with pytest.raises(UserError, match="another tokenizer"):
-        make(str(tmp_path / "other.ngram"), verifier)
+        make_drafter("ngram:" + str(tmp_path / "other.ngram"), verifier)
 
 
 def test_missing_model_file_is_a_user_error(verifier, tmp_path):
     with pytest.raises(UserError, match="does not exist"):
-        make(str(tmp_path / "absent.ngram"), verifier)
+        make_drafter("ngram:" + str(tmp_path / "absent.ngram"), verifier)
 
 
 def spec_for(template: str, models: dict[int, Path]) -> str:
@@ -139,7 +139,7 @@ def started(drafter, greedy: bool, seed: int = 0):
 
 @pytest.mark.parametrize("spec", ["{o2}", "{o3}+context", "{o2}?backoff=none", "{o4}"])
 def test_sampled_drafts_are_proper_distributions(verifier, models, spec):
-    drafter = started(make(spec_for(spec, models), verifier), greedy=False)
+    drafter = started(make_drafter("ngram:" + spec_for(spec, models), verifier), greedy=False)
     rng = random.Random(2)
     for _ in range(20):
         context = [2, *[rng.randrange(4, 64) for _ in range(rng.randint(1, 10))]]
@@ -154,7 +154,7 @@ def test_sampled_drafts_are_proper_distributions(verifier, models, spec):
 
 def test_sampled_tokens_follow_the_draft_rows(verifier, models):
     """Draws over many seeds match the row the drafter reports (chi-square)."""
-    drafter = make(str(models[2]), verifier)
+    drafter = make_drafter("ngram:" + str(models[2]), verifier)
     context = [2, 10, 11, 12]
     draws, row = Counter(), None
     for seed in range(1500):
@@ -170,14 +170,14 @@ def test_sampled_tokens_follow_the_draft_rows(verifier, models):
 
 
 def test_sampled_output_is_exact_with_the_ngram_drafter(verifier, models):
-    check_sampling_is_exact(verifier, make(str(models[3]) + "+context", verifier), trials=500)
+    check_sampling_is_exact(verifier, make_drafter("ngram:" + str(models[3]) + "+context", verifier), trials=500)
 
 
 def test_unseen_context_without_backoff(verifier, models):
     """Greedy: the draft ends. Sampling: the study's uniform fallback."""
     spec = str(models[3]) + "?backoff=none"
     unseen = [2, 63, 63, 63, 62, 61]  # word salad never repeats these trigrams
-    drafter = make(spec, verifier)
+    drafter = make_drafter("ngram:" + spec, verifier)
     assert drafter.model.context_node(unseen, backoff=False) is None
     assert len(started(drafter, greedy=True).propose(unseen, 3)) == 0
     draft = started(drafter, greedy=False).propose(unseen, 1)
@@ -189,8 +189,8 @@ def test_unseen_context_without_backoff(verifier, models):
 
 
 def test_min_prob_ends_the_draft(verifier, models):
-    drafter = started(make(str(models[2]) + "?min_prob=0.999", verifier), greedy=True)
-    plain = started(make(str(models[2]), verifier), greedy=True)
+    drafter = started(make_drafter("ngram:" + str(models[2]) + "?min_prob=0.999", verifier), greedy=True)
+    plain = started(make_drafter("ngram:" + str(models[2]), verifier), greedy=True)
     rng = random.Random(3)
     shorter = 0
     for _ in range(30):
@@ -231,7 +231,7 @@ def test_context_cache_starts_over_on_a_new_sequence():
 
 def test_live_context_is_preferred_when_it_matches_longer(verifier, models):
     """A repeated motif absent from the corpus is drafted from the context cache."""
-    drafter = started(make(str(models[2]) + "+context", verifier), greedy=True)
+    drafter = started(make_drafter("ngram:" + str(models[2]) + "+context", verifier), greedy=True)
     motif = [40, 41, 42, 43, 44]
     context = [2, *motif, 50, *motif[:2]]
     assert drafter.propose(context, 3).tokens == motif[2:5]
@@ -240,19 +240,19 @@ def test_live_context_is_preferred_when_it_matches_longer(verifier, models):
 @pytest.mark.parametrize("spec", ["{o3}", "{o4}+context", "{o2}?backoff=none"])
 def test_incremental_state_matches_a_fresh_drafter(verifier, models, spec):
     """Proposals along a growing sequence equal those of a drafter that starts from scratch."""
-    drafter = started(make(spec_for(spec, models), verifier), greedy=True)
+    drafter = started(make_drafter("ngram:" + spec_for(spec, models), verifier), greedy=True)
     rng = random.Random(5)
     sequence = [2, *[rng.randrange(4, 64) for _ in range(60)]]
     end = 2
     while end < len(sequence):
-        fresh = started(make(spec_for(spec, models), verifier), greedy=True)
+        fresh = started(make_drafter("ngram:" + spec_for(spec, models), verifier), greedy=True)
         assert drafter.propose(sequence[:end], 4).tokens == fresh.propose(sequence[:end], 4).tokens
         end += rng.randint(1, 5)  # accepted tokens plus the verifier's own
 
 
 def test_min_prob_when_sampling_is_decided_before_drawing(verifier, models):
     """A row whose most likely token is below min_prob is never drafted from."""
-    drafter = started(make(str(models[2]) + "?min_prob=0.5", verifier), greedy=False)
+    drafter = started(make_drafter("ngram:" + str(models[2]) + "?min_prob=0.5", verifier), greedy=False)
     rng = random.Random(6)
     lengths = []
     for _ in range(40):

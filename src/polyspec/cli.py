@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from polyspec.errors import UserError
+from polyspec.specs import DRAFTER_HELP
 
 app = typer.Typer(
     name="polyspec",
@@ -25,16 +26,10 @@ def _root() -> None:
     """Lossless speculative decoding that pays off in every language."""
 
 
-# The embedded Gemma-3-270M (`polyspec assets fetch`); a missing asset names that command.
-DEFAULT_VERIFIER = "gemma3-270m"
-
-
 @app.command()
 def generate(
     verifier: Annotated[str, typer.Option(help="Verifier: local path or hub id (default: embedded).")] = "",
-    drafter: Annotated[
-        str, typer.Option(help="none | prompt-lookup[:MIN-MAX] | ngram:PATH | model:PATH_OR_ID")
-    ] = "none",
+    drafter: Annotated[str, typer.Option(help=DRAFTER_HELP)] = "none",
     gamma: Annotated[int, typer.Option(help="Draft length per verifier call.")] = 3,
     prompt: Annotated[str | None, typer.Option(help="Prompt text.")] = None,
     prompt_file: Annotated[Path | None, typer.Option(help="Read the prompt from this file.")] = None,
@@ -52,17 +47,14 @@ def generate(
 ) -> None:
     """Generate from a verifier, speculatively with a drafter."""
     from polyspec.decoding import Decoder, check_budget
-    from polyspec.drafters import make_drafter
-    from polyspec.models import LoadedModel
     from polyspec.sampling import SamplingConfig
+    from polyspec.specs import load_model, make_drafter, parse_drafter
 
     text = read_prompt(prompt, prompt_file)
     sampling = SamplingConfig(temperature, top_k, top_p, repetition_penalty, penalty_window)
     check_budget(gamma, max_new_tokens)
-    from polyspec.drafters.base import parse_spec
-
-    parse_spec(drafter)
-    model = LoadedModel.load(verifier or DEFAULT_VERIFIER, dtype=dtype, device=device)
+    parse_drafter(drafter)
+    model = load_model(verifier, dtype=dtype, device=device)
     decoder = Decoder(model)
     prompt_ids = decoder.encode(text)
     result = decoder.generate(

@@ -10,15 +10,16 @@ timings compare like with like.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from polyspec.acceptance import greedy_verdict, rejection_verdict
+from polyspec.cached_lm import CachedLM
 from polyspec.drafters.base import Drafter, NoDrafter
 from polyspec.errors import UserError
-from polyspec.models import CachedLM, LoadedModel
+from polyspec.models import LoadedModel, synchronizer
 from polyspec.sampling import LogitsProcessor, SamplingConfig
 from polyspec.types import EMPTY_DRAFT, Generation, GenerationStats, Verdict
 
@@ -44,7 +45,7 @@ class Decoder:
     def __init__(self, verifier: LoadedModel) -> None:
         self.verifier = verifier
         self.lm = CachedLM(verifier.model)
-        self._synchronize = torch.cuda.synchronize if verifier.device.type == "cuda" else (lambda: None)
+        self._synchronize = synchronizer(verifier.device)
 
     def eos_token_ids(self) -> frozenset[int]:
         ids = self.verifier.model.generation_config.eos_token_id
@@ -62,7 +63,16 @@ class Decoder:
             raise UserError("the prompt encodes to no tokens")
         return ids
 
-    def generate(
+    def generate(self, prompt_ids: Sequence[int], drafter: Drafter | None = None, **options) -> Generation:
+        """Decode to the end; takes the same options as `stream`."""
+        steps = self.stream(prompt_ids, drafter, **options)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def stream(
         self,
         prompt_ids: Sequence[int],
         drafter: Drafter | None = None,
@@ -72,7 +82,9 @@ class Decoder:
         stop_strings: Sequence[str] = (),
         seed: int = 0,
         eos_token_ids: frozenset[int] | None = None,
-    ) -> Generation:
+    ) -> Generator[list[int], None, Generation]:
+        """Yields the tokens each verifier call adds (never past a stop), then returns the
+        `Generation`. Nothing runs until the first `next`."""
         drafter = drafter or NoDrafter()
         check_budget(gamma, max_new_tokens)
         if not prompt_ids:
@@ -92,7 +104,7 @@ class Decoder:
         processor = LogitsProcessor(sampling)
         return self._run(list(prompt_ids), drafter, gamma, processor, generator, stop)
 
-    def _run(self, ids, drafter, gamma, processor, generator, stop) -> Generation:
+    def _run(self, ids, drafter, gamma, processor, generator, stop) -> Generator[list[int], None, Generation]:
         stats = GenerationStats()
         prompt_length = len(ids)
         sync = self._synchronize
@@ -103,8 +115,8 @@ class Decoder:
         if len(ids) > 1:
             self.lm.forward(ids[:-1], num_logits=1)  # the cache holds all but the pending token
         drafter.start(ids, processor, generator)
-        stop_reason = "length"
-        while True:
+        stop_reason = None
+        while stop_reason is None:
             new_count = len(ids) - prompt_length
             # Never draft past the budget: k accepted tokens plus the verifier's own make k + 1.
             k = min(gamma, stop.max_new_tokens - new_count - 1)
@@ -121,61 +133,54 @@ class Decoder:
             stats.verifier_calls += 1
             stats.record(len(draft), verdict.accepted)
             self.lm.rollback(len(ids) + verdict.accepted)
-            drafter.observe(verdict.accepted)
             emitted = [*draft.tokens[: verdict.accepted], verdict.token]
+            keep, stop_reason = self._stop(ids[prompt_length:], emitted, stop)
             ids.extend(emitted)
-            reason = self._stop_reason(ids, prompt_length, len(emitted), stop)
-            if reason:
-                stop_reason = reason
-                break
+            if keep:
+                stats.new_tokens += keep
+                stats.seconds = clock() - began
+                yield emitted[:keep]
         sync()
         stats.seconds = clock() - began
-        new_ids = ids[prompt_length:][: self._cut_length(ids, prompt_length, stop)]
-        stats.new_tokens = len(new_ids)
+        new_ids = ids[prompt_length:][: stats.new_tokens]
         text = self.verifier.tokenizer.decode(new_ids, skip_special_tokens=True)
         return Generation(token_ids=new_ids, text=text, stats=stats, stop_reason=stop_reason)
 
     @staticmethod
     def _judge(draft, logits, ids, processor: LogitsProcessor, generator) -> Verdict:
-        context = [*ids, *draft.tokens]
         start = len(ids)
         if processor.config.greedy:
-            return greedy_verdict(draft.tokens, processor.greedy_tokens(logits, context, start))
-        target_probs = processor.probs(logits, context, start)
+            return greedy_verdict(draft.tokens, processor.greedy_tokens(logits, ids, start, draft.tokens))
+        target_probs = processor.probs(logits, ids, start, draft.tokens)
         return rejection_verdict(draft.tokens, draft.probs, target_probs, generator)
 
-    def _stop_reason(self, ids, prompt_length, emitted, stop: StopConditions) -> str | None:
-        # Only the tokens emitted this step can end the sequence; no copy of the output per step.
-        if any(token in stop.eos_token_ids for token in ids[-emitted:]):
-            return "eos"
-        if stop.stop_strings and self._stop_string_end(ids[prompt_length:], stop) is not None:
-            return "stop_string"
-        if len(ids) - prompt_length >= stop.max_new_tokens:
-            return "length"
-        return None
-
-    def _cut_length(self, ids, prompt_length, stop: StopConditions) -> int:
-        """How many generated tokens to keep: up to and including the first EOS or the token
-        that completes a stop string, and never more than max_new_tokens."""
-        new = ids[prompt_length:]
-        keep = min(len(new), stop.max_new_tokens)
-        for i, token in enumerate(new[:keep]):
+    def _stop(self, before: list[int], emitted: list[int], stop: StopConditions) -> tuple[int, str | None]:
+        """How many of `emitted` (following the generated tokens `before`) to keep, and why the
+        sequence ends there (None: it goes on). Kept: up to and including the first EOS or the
+        token that completes a stop string, never past max_new_tokens."""
+        keep = min(len(emitted), stop.max_new_tokens - len(before))
+        reason = "length" if keep < len(emitted) or len(before) + keep == stop.max_new_tokens else None
+        for i, token in enumerate(emitted[:keep]):
             if token in stop.eos_token_ids:
-                keep = i + 1
+                keep, reason = i + 1, "eos"
                 break
         if stop.stop_strings:
-            end = self._stop_string_end(new[:keep], stop)
+            end = self._stop_string_end(before, emitted[:keep], stop.stop_strings)
             if end is not None:
-                keep = end
-        return keep
+                keep, reason = end, "stop_string"
+        return keep, reason
 
-    def _stop_string_end(self, new: list[int], stop: StopConditions) -> int | None:
-        """Length of the shortest prefix of `new` whose text contains a stop string."""
+    def _stop_string_end(self, before: list[int], new: list[int], stop_strings: tuple[str, ...]) -> int | None:
+        """The fewest tokens of `new` after which the text contains a stop string that the text
+        of `before` did not. Only a tail of `before` is decoded: a stop string of n characters
+        spans at most 4n tokens (byte-level tokens of 4-byte characters)."""
         decode = self.verifier.tokenizer.decode
-        if not any(s in decode(new, skip_special_tokens=True) for s in stop.stop_strings):
+        tail = before[-4 * max(map(len, stop_strings)) - 4 :]
+
+        def found(end: int) -> bool:
+            text = decode([*tail, *new[:end]], skip_special_tokens=True)
+            return any(s in text for s in stop_strings)
+
+        if not found(len(new)):
             return None
-        for end in range(1, len(new) + 1):
-            text = decode(new[:end], skip_special_tokens=True)
-            if any(s in text for s in stop.stop_strings):
-                return end
-        return None
+        return next(end for end in range(1, len(new) + 1) if found(end))

@@ -1,17 +1,13 @@
-"""Loading Hugging Face causal LMs, and a model whose cache can be cut back after a rejection.
+"""Loading Hugging Face causal LMs from a local directory, the local hub cache or the hub.
 
-`CachedLM` keeps the cache of every token fed so far. Verifying a draft feeds k + 1 tokens in
-one forward; when only some are kept, `rollback` cuts every layer back to the kept prefix
-instead of recomputing it. Sliding-window layers (Gemma 3) keep the states they would drop
-until the next rollback, so they too can be cut back once a sequence outgrows the window.
-Recurrent states (Qwen3.5's linear attention) are restored by `polyspec.state_rollback`.
+Names here are paths or hub ids; embedded asset names are resolved at the edge
+(`polyspec.specs`), so the engine knows no asset.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -19,7 +15,6 @@ from urllib.parse import urlparse
 import torch
 
 from polyspec.errors import UserError
-from polyspec.state_rollback import state_rollback_for
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -64,18 +59,8 @@ def hub_reachable(timeout: float = 3.0) -> bool:
     return True
 
 
-def resolve_name(name: str) -> str:
-    """Names of embedded assets ('gemma3-270m', 'qwen3.5', ...) resolve to their local copies."""
-    try:
-        from polyspec.assets.store import resolve_model_name
-    except ImportError:
-        return name
-    return resolve_model_name(name)
-
-
-def _from_pretrained(loader, name: str, **kwargs):
+def from_pretrained(loader, name: str, **kwargs):
     """Load from a local directory, the local hub cache, or the hub, with one clear error."""
-    name = resolve_name(name)
     if Path(name).exists():
         if not Path(name).is_dir():
             raise UserError(f"model path {name!r} is not a directory holding a model")
@@ -100,13 +85,13 @@ def _from_pretrained(loader, name: str, **kwargs):
 def load_tokenizer(name: str):
     from transformers import AutoTokenizer
 
-    return _from_pretrained(AutoTokenizer, name)
+    return from_pretrained(AutoTokenizer, name)
 
 
 def load_model(name: str, dtype: torch.dtype, device: str):
     from transformers import AutoModelForCausalLM
 
-    model = _from_pretrained(AutoModelForCausalLM, name, dtype=dtype)
+    model = from_pretrained(AutoModelForCausalLM, name, dtype=dtype)
     return model.to(device).eval()
 
 
@@ -139,65 +124,12 @@ class LoadedModel:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-
-class CachedLM:
-    """Feeds tokens to a causal LM one chunk at a time and can cut its cache back.
-
-    Invariant: the cache holds exactly `self.length` tokens.
-    """
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
-        self.device = next(model.parameters()).device
-        self.cache = None
-        self.length = 0
-        self.states = state_rollback_for(model)  # None unless some layers carry a recurrent state
-
-    def reset(self) -> None:
-        from transformers import DynamicCache
-
-        self.cache = DynamicCache(config=self.model.config)
-        self.length = 0
-        self._recording = False
-        if self.states is not None:
-            self.states.reset(self.cache)
-            self._recording = True
-
-    @torch.inference_mode()
-    def forward(self, tokens: list[int], num_logits: int | None = None) -> torch.Tensor:
-        """Feed `tokens` after the cached ones; returns logits [n, V] for the last `num_logits`
-        positions (all by default)."""
-        input_ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        positions = torch.arange(self.length, self.length + len(tokens), device=self.device)
-        with self.states.recording(self.length, tokens) if self.states is not None else nullcontext():
-            out = self.model(
-                input_ids=input_ids,
-                past_key_values=self.cache,
-                position_ids=positions.unsqueeze(0),
-                use_cache=True,
-                logits_to_keep=num_logits or 0,
-            )
-        self.length += len(tokens)
-        if not self._recording:
-            # Only after the first forward do all layers exist; from then on sliding-window
-            # layers keep what they would drop until `rollback` says how much is needed.
-            self.cache.activate_past_recording()
-            self._recording = True
-        return out.logits[0]
-
-    def rollback(self, length: int) -> None:
-        """Cut the cache back to its first `length` tokens (also trims sliding windows)."""
-        if length > self.length:
-            raise ValueError(f"cannot roll back to {length} tokens: only {self.length} cached")
-        if not self._recording:  # nothing fed yet
-            return
-        if self.states is not None:
-            self.states.rollback(self, length)
-            return
-        self.cache.crop(length - self.length)
-        self.length = length
+    @property
+    def dtype_name(self) -> str:
+        dtype = next(self.model.parameters()).dtype
+        return next(name for name, value in DTYPES.items() if value == dtype)
 
 
-def check_rollback_supported(model: torch.nn.Module) -> None:
-    """Fail early, with a clear message, for caches that cannot be cut back."""
-    state_rollback_for(model)
+def synchronizer(device: torch.device):
+    """What waits for the device's queued work, so timings measure it (a no-op on CPU)."""
+    return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)

@@ -51,14 +51,15 @@ STUDY_SAMPLING = SamplingConfig(temperature=1.0, top_k=50, top_p=0.9, repetition
 class LogitsProcessor:
     """Applies a `SamplingConfig` to rows of logits.
 
-    Row j of `logits` predicts the token at position `start + j` of `ids`, so its context is
-    `ids[:start + j]` (the repetition penalty looks at that context only).
+    Row j of `logits` predicts the token at position `start + j` of `ids + draft`, so its
+    context is `(ids + draft)[:start + j]` (the repetition penalty looks at that context only).
+    The draft is passed apart so that no step copies the whole sequence.
     """
 
     def __init__(self, config: SamplingConfig) -> None:
         self.config = config
 
-    def penalize(self, logits: torch.Tensor, ids: Sequence[int], start: int) -> torch.Tensor:
+    def penalize(self, logits: torch.Tensor, ids: Sequence[int], start: int, draft: Sequence[int] = ()) -> torch.Tensor:
         """logits: [n, V]. Returns float32 logits with the repetition penalty applied (never
         modifies its input)."""
         penalty = self.config.repetition_penalty
@@ -68,7 +69,8 @@ class LogitsProcessor:
         window = self.config.penalty_window
         for j in range(logits.shape[0]):
             end = start + j
-            seen = ids[max(0, end - window) if window else 0 : end]
+            first = max(0, end - window) if window else 0
+            seen = [*ids[first:end], *draft[max(0, first - len(ids)) : max(0, end - len(ids))]]
             if not seen:
                 continue
             index = torch.tensor(seen, dtype=torch.long, device=logits.device)
@@ -76,16 +78,18 @@ class LogitsProcessor:
             logits[j, index] = torch.where(picked > 0, picked / penalty, picked * penalty)
         return logits
 
-    def greedy_tokens(self, logits: torch.Tensor, ids: Sequence[int], start: int) -> list[int]:
+    def greedy_tokens(
+        self, logits: torch.Tensor, ids: Sequence[int], start: int, draft: Sequence[int] = ()
+    ) -> list[int]:
         """The argmax token of each row after the repetition penalty."""
         if self.config.repetition_penalty == 1.0:
             return logits.argmax(dim=-1).tolist()  # widening to float32 cannot change the argmax
-        return self.penalize(logits, ids, start).argmax(dim=-1).tolist()
+        return self.penalize(logits, ids, start, draft).argmax(dim=-1).tolist()
 
-    def probs(self, logits: torch.Tensor, ids: Sequence[int], start: int) -> torch.Tensor:
+    def probs(self, logits: torch.Tensor, ids: Sequence[int], start: int, draft: Sequence[int] = ()) -> torch.Tensor:
         """[n, V] sampling distribution of each row, zero outside the top-k / top-p sets."""
         cfg = self.config
-        scores = self.penalize(logits, ids, start) / cfg.temperature
+        scores = self.penalize(logits, ids, start, draft) / cfg.temperature
         vocab = scores.shape[-1]
         if cfg.top_k and cfg.top_k < vocab:
             # Work on the k best only: sorting 262k logits per row would dominate the step.

@@ -34,7 +34,7 @@ import torch
 from polyspec.errors import UserError
 
 if TYPE_CHECKING:
-    from polyspec.models import CachedLM
+    from polyspec.cached_lm import CachedLM
 
 RULE_NAMES = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule")
 # Layer types whose cache holds a state that dropping entries cannot undo.

@@ -23,10 +23,10 @@ from polyspec.bench.metrics import chrf, cost_ratio, first_divergence, predicted
 from polyspec.bench.results import ResultsLog
 from polyspec.bench.tasks import Prompt, build_prompts, copy4, corpus_text, cut_at_stop, distinct2
 from polyspec.decoding import Decoder
-from polyspec.drafters import make_drafter
 from polyspec.errors import UserError
 from polyspec.models import LoadedModel
 from polyspec.sampling import STUDY_SAMPLING, SamplingConfig
+from polyspec.specs import make_drafter
 from polyspec.types import Generation
 
 NO_STOP: frozenset[int] = frozenset()

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
-from polyspec.errors import UserError
-from polyspec.models import CachedLM, LoadedModel, load_model, load_tokenizer, resolve_dtype
+from polyspec.cached_lm import CachedLM
+from polyspec.models import LoadedModel
 from polyspec.sampling import LogitsProcessor, sample
 from polyspec.types import EMPTY_DRAFT, Draft
 
@@ -70,22 +70,10 @@ class ModelDrafter:
         self._fed = sequence[:-1]
         return Draft(tokens=tokens, probs=torch.stack(rows) if rows else None)
 
-    def observe(self, num_accepted: int) -> None:
-        pass
+    @classmethod
+    def for_verifier(cls, draft: LoadedModel, verifier: LoadedModel) -> ModelDrafter:
+        """A drafter whose ids mean what the verifier's mean, or a clear error."""
+        from polyspec.vocabulary import fingerprint, require_same
 
-
-def same_vocabulary(tokenizer_a, tokenizer_b) -> bool:
-    return tokenizer_a.get_vocab() == tokenizer_b.get_vocab()
-
-
-def make(argument: str, verifier: LoadedModel) -> ModelDrafter:
-    if not argument:
-        raise UserError("drafter 'model' needs a path or hub id: model:PATH_OR_ID")
-    device = str(verifier.device)
-    dtype = next(verifier.model.parameters()).dtype
-    dtype_name = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype]
-    tokenizer = load_tokenizer(argument)
-    if not same_vocabulary(tokenizer, verifier.tokenizer):
-        raise UserError(f"drafter {argument!r} uses another vocabulary than the verifier {verifier.name!r}")
-    model = load_model(argument, resolve_dtype(dtype_name, device), device)
-    return ModelDrafter(LoadedModel(model=model, tokenizer=tokenizer, name=argument), verifier.vocab_size)
+        require_same(fingerprint(draft.tokenizer), verifier.tokenizer, f"drafter {draft.name!r}", verifier.name)
+        return cls(draft, verifier.vocab_size)

@@ -1,8 +1,7 @@
 """The n-gram drafter: drafts from counts of a corpus, optionally with the sequence's own n-grams.
 
-Spec: ngram:PATH[+context][?backoff=none&min_prob=0.2&context_order=4]
+Options (spec: ngram:PATH[+context][?backoff=none&min_prob=0.2&context_order=4], `polyspec.specs`):
 
-  PATH         a model file from `polyspec ngram train` (its tokenizer must be the verifier's)
   +context     also count the n-grams of the current prompt and output (a live cache kept
                up to date in O(new tokens)); per step the match with the longer context wins,
                then the more confident one, then the live one
@@ -25,70 +24,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import parse_qsl
 
 import numpy as np
 import torch
 
-from polyspec.errors import UserError
-from polyspec.ngram import MAX_ORDER
-from polyspec.ngram.query import ROOT, NGramModel
 from polyspec.types import EMPTY_DRAFT, Draft
 
-SPEC_GRAMMAR = "ngram:PATH[+context][?backoff=none&min_prob=0.2&context_order=4]"
-_CONTEXT_SUFFIX = "+context"
+ROOT = (0, 0)  # the model's state for the empty context: depth 0, node 0
 
 
 @dataclass(frozen=True)
 class NGramOptions:
-    path: str
     use_context: bool = False
     backoff: bool = True
     min_prob: float = 0.0
     context_order: int = 4
-
-
-def parse_argument(argument: str) -> NGramOptions:
-    """The part of the spec after 'ngram:'."""
-    if not argument:
-        raise UserError(f"drafter 'ngram' needs a model file: {SPEC_GRAMMAR}")
-    path, query = argument, ""
-    if "?" in argument:
-        path, _, query = argument.rpartition("?")
-    use_context = path.endswith(_CONTEXT_SUFFIX)
-    if use_context:
-        path = path[: -len(_CONTEXT_SUFFIX)]
-    if not path:
-        raise UserError(f"drafter 'ngram' needs a model file: {SPEC_GRAMMAR}")
-    try:
-        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True) if query else []
-    except ValueError as exc:
-        raise UserError(f"cannot parse n-gram drafter options {query!r}: use {SPEC_GRAMMAR}") from exc
-    settings: dict[str, str] = {}
-    for key, value in pairs:
-        if key in settings:
-            raise UserError(f"n-gram drafter option {key!r} given twice")
-        settings[key] = value
-    unknown = set(settings) - {"backoff", "min_prob", "context_order"}
-    if unknown:
-        raise UserError(f"unknown n-gram drafter option {sorted(unknown)[0]!r}: use backoff, min_prob or context_order")
-    backoff = settings.get("backoff", "longest")
-    if backoff not in ("longest", "none"):
-        raise UserError(f"n-gram drafter backoff must be longest or none, got {backoff!r}")
-    min_prob = _number(settings.get("min_prob", "0"), "min_prob", float)
-    if not 0.0 <= min_prob <= 1.0:
-        raise UserError(f"n-gram drafter min_prob must be in [0, 1], got {min_prob}")
-    context_order = _number(settings.get("context_order", "4"), "context_order", int)
-    if not 2 <= context_order <= MAX_ORDER:
-        raise UserError(f"n-gram drafter context_order must be between 2 and {MAX_ORDER}, got {context_order}")
-    return NGramOptions(path, use_context, backoff == "longest", min_prob, context_order)
-
-
-def _number(text: str, name: str, kind):
-    try:
-        return kind(text)
-    except ValueError as exc:
-        raise UserError(f"n-gram drafter {name} must be a number, got {text!r}") from exc
 
 
 class ContextCache:
@@ -123,7 +73,7 @@ class ContextCache:
 
 
 class NGramDrafter:
-    def __init__(self, model: NGramModel, vocab_size: int, options: NGramOptions) -> None:
+    def __init__(self, model, vocab_size: int, options: NGramOptions) -> None:
         self.model = model
         model.prepare()  # now, so a damaged model fails before generation starts
         self.vocab_size = vocab_size  # the verifier's: width of Draft.probs rows
@@ -149,9 +99,6 @@ class NGramDrafter:
         self.greedy = processor.config.greedy
         self.generator = generator
         self._reset()
-
-    def observe(self, num_accepted: int) -> None:
-        pass
 
     def _advance(self, context: Sequence[int]) -> None:
         fed = self._fed
@@ -299,19 +246,3 @@ class NGramDrafter:
         if self.generator is not None and self.generator.device.type != "cpu":
             probs = probs.to(self.generator.device)
         return Draft(tokens=tokens, probs=probs)
-
-
-def make(argument: str, verifier) -> NGramDrafter:
-    from polyspec.ngram.storage import load
-    from polyspec.ngram.tokenize import tokenizer_fingerprint
-
-    options = parse_argument(argument)
-    stored = load(options.path)
-    expected = tokenizer_fingerprint(verifier.tokenizer)
-    if stored.fingerprint != expected:
-        raise UserError(
-            f"n-gram model {options.path!r} was trained with another tokenizer "
-            f"({stored.fingerprint.describe()}) than the verifier {verifier.name!r} uses "
-            f"({expected.describe()})"
-        )
-    return NGramDrafter(NGramModel(stored), verifier.vocab_size, options)

@@ -50,17 +50,3 @@ class PromptLookupDrafter:
                     draft.append(tokens[pos] if pos < len(tokens) else draft[pos - len(tokens)])
                 return Draft(tokens=draft)
         return EMPTY_DRAFT
-
-    def observe(self, num_accepted: int) -> None:
-        pass
-
-
-def make(argument: str, verifier) -> PromptLookupDrafter:
-    """'prompt-lookup' or 'prompt-lookup:MIN-MAX' (n-gram lengths to match, default 1-3)."""
-    if not argument:
-        return PromptLookupDrafter()
-    low, sep, high = argument.partition("-")
-    try:
-        return PromptLookupDrafter(int(low), int(high) if sep else int(low))
-    except ValueError as exc:
-        raise UserError(f"prompt-lookup takes MIN-MAX n-gram lengths, got {argument!r}") from exc

@@ -12,3 +12,15 @@ Modules, in the order data flows through them:
 """
 
 MAX_ORDER = 8
+
+
+def load(path):
+    """The n-gram model in the file at `path`, ready to query (its `fingerprint` says which
+    tokenizer it counts tokens of)."""
+    from polyspec.ngram.query import NGramModel
+    from polyspec.ngram.storage import load as read
+
+    stored = read(path)
+    model = NGramModel(stored)
+    model.fingerprint = stored.fingerprint
+    return model

@@ -6,31 +6,14 @@ spreads a batch over the cores. Ids are uint32: vocabularies here reach 262k tok
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
-from dataclasses import dataclass
 
 import numpy as np
 
+from polyspec.vocabulary import Fingerprint, fingerprint
 
-@dataclass(frozen=True)
-class Fingerprint:
-    """What must match between the tokenizer counts were made with and the one that uses them."""
-
-    vocab_size: int
-    vocab_sha256: str
-
-    def describe(self) -> str:
-        return f"{self.vocab_size} tokens, vocabulary hash {self.vocab_sha256[:12]}"
-
-
-def tokenizer_fingerprint(tokenizer) -> Fingerprint:
-    vocab = tokenizer.get_vocab()
-    pairs = sorted(((int(i), token) for token, i in vocab.items()))
-    digest = hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode("utf-8")).hexdigest()
-    size = max(len(tokenizer), max((i for i, _ in pairs), default=-1) + 1)
-    return Fingerprint(vocab_size=size, vocab_sha256=digest)
+tokenizer_fingerprint = fingerprint
+__all__ = ["BatchEncoder", "ChunkBuffer", "Fingerprint", "tokenizer_fingerprint"]
 
 
 class BatchEncoder:

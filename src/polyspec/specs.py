@@ -1,0 +1,167 @@
+"""Strings at the edge: model names and drafter specs turned into objects.
+
+The command line, the benchmark and the server take names ('gemma3-270m', a path, a hub id)
+and drafter specs ('ngram:PATH+context?min_prob=0.2'); everything below them takes objects.
+This is the only place that parses a drafter spec or knows the embedded assets' names.
+
+  none                               plain decoding
+  prompt-lookup[:MIN-MAX]            copy the continuation of an earlier match (n-gram lengths)
+  ngram:PATH[+context][?OPTIONS]     an n-gram model file; options backoff, min_prob, context_order
+  model:PATH_OR_ID                   a smaller causal LM with the verifier's tokenizer
+  distill:PATH                       a drafter cut from the verifier by `polyspec distill init`
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl
+
+from polyspec.errors import UserError
+
+if TYPE_CHECKING:  # torch is imported only once a model is loaded: `--help` stays fast
+    from polyspec.drafters.base import Drafter
+    from polyspec.drafters.ngram import NGramOptions
+    from polyspec.models import LoadedModel
+
+DEFAULT_VERIFIER = "gemma3-270m"  # the embedded Gemma-3-270M (`polyspec assets fetch`)
+NGRAM_GRAMMAR = "ngram:PATH[+context][?backoff=none&min_prob=0.2&context_order=4]"
+KINDS = ("none", "prompt-lookup", "ngram", "model", "distill")
+DRAFTER_HELP = "none | prompt-lookup[:MIN-MAX] | ngram:PATH[+context][?OPTIONS] | model:PATH_OR_ID | distill:PATH"
+_CONTEXT_SUFFIX = "+context"
+_MAX_CONTEXT_ORDER = 8  # the n-gram trainer's highest order
+
+
+def model_path(name: str) -> str:
+    """Embedded asset names resolve to their local copies; paths and hub ids pass through."""
+    try:
+        from polyspec.assets.store import resolve_model_name
+    except ImportError:  # installed without the assets
+        return name
+    return resolve_model_name(name)
+
+
+def load_model(name: str, dtype: str = "auto", device: str = "cpu") -> LoadedModel:
+    from polyspec.models import LoadedModel
+
+    return LoadedModel.load(model_path(name or DEFAULT_VERIFIER), dtype=dtype, device=device)
+
+
+def load_tokenizer(name: str):
+    from polyspec.models import load_tokenizer as load
+
+    return load(model_path(name))
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    kind: str
+    argument: str
+
+
+def parse_drafter(spec: str) -> DrafterSpec:
+    """Checks the spec's kind and options without loading anything."""
+    kind, _, argument = spec.partition(":")
+    if kind not in KINDS:
+        raise UserError(f"unknown drafter {spec!r}: use {DRAFTER_HELP}")
+    parsed = DrafterSpec(kind=kind, argument=argument)
+    if kind == "none" and argument:
+        raise UserError(f"drafter 'none' takes no argument, got {argument!r}")
+    if kind == "prompt-lookup":
+        prompt_lookup_lengths(argument)
+    if kind == "ngram":
+        parse_ngram(argument)
+    if kind in ("model", "distill") and not argument:
+        raise UserError(f"drafter {kind!r} needs a path: {kind}:PATH")
+    return parsed
+
+
+def make_drafter(spec: str, verifier: LoadedModel) -> Drafter:
+    parsed = parse_drafter(spec)
+    kind, argument = parsed.kind, parsed.argument
+    if kind == "none":
+        from polyspec.drafters.base import NoDrafter
+
+        return NoDrafter()
+    if kind == "prompt-lookup":
+        from polyspec.drafters.prompt_lookup import PromptLookupDrafter
+
+        return PromptLookupDrafter(*prompt_lookup_lengths(argument))
+    if kind == "ngram":
+        from polyspec.drafters.ngram import NGramDrafter
+        from polyspec.ngram import load
+        from polyspec.vocabulary import require_same
+
+        path, options = parse_ngram(argument)
+        model = load(path)
+        require_same(model.fingerprint, verifier.tokenizer, f"n-gram model {path!r}", verifier.name)
+        return NGramDrafter(model, verifier.vocab_size, options)
+    if kind == "model":
+        from polyspec.drafters.model import ModelDrafter
+        from polyspec.models import LoadedModel
+
+        path = model_path(argument)
+        draft = LoadedModel.load(path, dtype=verifier.dtype_name, device=str(verifier.device))
+        return ModelDrafter.for_verifier(draft, verifier)
+    from polyspec.drafters.distilled import load_distilled
+
+    return load_distilled(argument, verifier)
+
+
+def prompt_lookup_lengths(argument: str) -> tuple[int, int]:
+    """'' (1-3), 'N' or 'MIN-MAX': the n-gram lengths prompt lookup matches."""
+    if not argument:
+        return 1, 3
+    low, sep, high = argument.partition("-")
+    try:
+        lengths = int(low), int(high) if sep else int(low)
+    except ValueError as exc:
+        raise UserError(f"prompt-lookup takes MIN-MAX n-gram lengths, got {argument!r}") from exc
+    if not 1 <= lengths[0] <= lengths[1]:
+        raise UserError(f"prompt lookup needs 1 <= min n <= max n, got {lengths[0]} and {lengths[1]}")
+    return lengths
+
+
+def parse_ngram(argument: str) -> tuple[str, NGramOptions]:
+    """The part of an n-gram spec after 'ngram:': the model file and the drafting options."""
+    from polyspec.drafters.ngram import NGramOptions
+
+    if not argument:
+        raise UserError(f"drafter 'ngram' needs a model file: {NGRAM_GRAMMAR}")
+    path, query = argument, ""
+    if "?" in argument:
+        path, _, query = argument.rpartition("?")
+    use_context = path.endswith(_CONTEXT_SUFFIX)
+    if use_context:
+        path = path[: -len(_CONTEXT_SUFFIX)]
+    if not path:
+        raise UserError(f"drafter 'ngram' needs a model file: {NGRAM_GRAMMAR}")
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True) if query else []
+    except ValueError as exc:
+        raise UserError(f"cannot parse n-gram drafter options {query!r}: use {NGRAM_GRAMMAR}") from exc
+    settings: dict[str, str] = {}
+    for key, value in pairs:
+        if key in settings:
+            raise UserError(f"n-gram drafter option {key!r} given twice")
+        settings[key] = value
+    unknown = set(settings) - {"backoff", "min_prob", "context_order"}
+    if unknown:
+        raise UserError(f"unknown n-gram drafter option {sorted(unknown)[0]!r}: use backoff, min_prob or context_order")
+    backoff = settings.get("backoff", "longest")
+    if backoff not in ("longest", "none"):
+        raise UserError(f"n-gram drafter backoff must be longest or none, got {backoff!r}")
+    min_prob = _number(settings.get("min_prob", "0"), "min_prob", float)
+    if not 0.0 <= min_prob <= 1.0:
+        raise UserError(f"n-gram drafter min_prob must be in [0, 1], got {min_prob}")
+    context_order = _number(settings.get("context_order", "4"), "context_order", int)
+    if not 2 <= context_order <= _MAX_CONTEXT_ORDER:
+        raise UserError(f"n-gram drafter context_order must be between 2 and {_MAX_CONTEXT_ORDER}, got {context_order}")
+    return path, NGramOptions(use_context, backoff == "longest", min_prob, context_order)
+
+
+def _number(text: str, name: str, kind):
+    try:
+        return kind(text)
+    except ValueError as exc:
+        raise UserError(f"n-gram drafter {name} must be a number, got {text!r}") from exc
