@@ -99,7 +99,8 @@ def _register_subcommands() -> None:
     """Command groups live next to the code they drive."""
     import importlib
 
-    for module_name in ("polyspec.ngram.cli", "polyspec.assets.cli", "polyspec.bench.cli", "polyspec.distill.cli"):
+    modules = ("ngram", "suffix", "assets", "bench", "distill", "serve")
+    for module_name in (f"polyspec.{name}.cli" for name in modules):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:

@@ -9,6 +9,7 @@ This is the only place that parses a drafter spec or knows the embedded assets' 
   ngram:PATH[+context][?OPTIONS]     an n-gram model file; options backoff, min_prob, context_order
   model:PATH_OR_ID                   a smaller causal LM with the verifier's tokenizer
   distill:PATH                       a drafter cut from the verifier by `polyspec distill init`
+  suffix:PATH[+context]              a suffix index from `polyspec suffix build` (longest match)
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ if TYPE_CHECKING:  # torch is imported only once a model is loaded: `--help` sta
 
 DEFAULT_VERIFIER = "gemma3-270m"  # the embedded Gemma-3-270M (`polyspec assets fetch`)
 NGRAM_GRAMMAR = "ngram:PATH[+context][?backoff=none&min_prob=0.2&context_order=4]"
-KINDS = ("none", "prompt-lookup", "ngram", "model", "distill")
-DRAFTER_HELP = "none | prompt-lookup[:MIN-MAX] | ngram:PATH[+context][?OPTIONS] | model:PATH_OR_ID | distill:PATH"
+KINDS = ("none", "prompt-lookup", "ngram", "model", "distill", "suffix")
+DRAFTER_HELP = (
+    "none | prompt-lookup[:MIN-MAX] | ngram:PATH[+context][?OPTIONS] | model:PATH_OR_ID | distill:PATH"
+    " | suffix:PATH[+context]"
+)
 _CONTEXT_SUFFIX = "+context"
 _MAX_CONTEXT_ORDER = 8  # the n-gram trainer's highest order
 
@@ -71,7 +75,7 @@ def parse_drafter(spec: str) -> DrafterSpec:
         prompt_lookup_lengths(argument)
     if kind == "ngram":
         parse_ngram(argument)
-    if kind in ("model", "distill") and not argument:
+    if kind in ("model", "distill", "suffix") and not argument:
         raise UserError(f"drafter {kind!r} needs a path: {kind}:PATH")
     return parsed
 
@@ -103,6 +107,10 @@ def make_drafter(spec: str, verifier: LoadedModel) -> Drafter:
         path = model_path(argument)
         draft = LoadedModel.load(path, dtype=verifier.dtype_name, device=str(verifier.device))
         return ModelDrafter.for_verifier(draft, verifier)
+    if kind == "suffix":
+        from polyspec.suffix.spec import make_suffix_drafter
+
+        return make_suffix_drafter(argument, verifier)
     from polyspec.drafters.distilled import load_distilled
 
     return load_distilled(argument, verifier)
