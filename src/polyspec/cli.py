@@ -108,6 +108,9 @@ def _register_subcommands() -> None:
                 continue
             raise
         module.register(app)
+    from polyspec.commands import ngram_distill
+
+    ngram_distill.register(app)
 
 
 _register_subcommands()

@@ -1,0 +1,224 @@
+"""N-grams distilled from the verifier: the verifier writes its own corpus, an n-gram counts it.
+
+A corpus n-gram knows what people wrote; a drafter needs to know what the verifier will write.
+So the verifier samples continuations of seed prompts in the language (with the study's sampling
+settings by default) and an n-gram is trained on those samples, optionally mixed with a real
+corpus. Seed prompts never touch what the benchmark evaluates:
+- stories on topics the benchmark's story prompts do not use (`DISTILL_TOPICS`);
+- continuations of openings of the language's corpus-split paragraphs;
+- translations of the corpus split's English paragraphs, where the split is aligned (UDHR).
+
+Samples are appended to shards (one JSON line per sample, fsynced), so an interrupted run
+resumes where it stopped; the prompt order and every batch's seed are fixed by `seed`, so a
+resumed run writes what an uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from polyspec.errors import UserError
+from polyspec.models import LoadedModel
+from polyspec.sampling import STUDY_SAMPLING, LogitsProcessor, SamplingConfig, sample
+
+# None of these is a topic of the benchmark's story prompts (polyspec.tasks.STORY_TOPICS).
+DISTILL_TOPICS = (
+    "patient farmer", "noisy rooster", "silver river", "lazy crocodile", "young hunter",
+    "forgotten song", "clay pot", "rainy season", "proud peacock", "little sister",
+    "night market", "lonely star", "green field", "travelling singer", "lucky coin",
+    "stubborn donkey", "open door", "cold morning", "friendly monkey", "first harvest",
+    "village well", "wooden flute", "hidden cave", "dancing girl",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SelfCorpusSettings:
+    tokens: int = 24_000  # to generate (docs/NGRAM.md: acceptance against generation time)
+    batch: int = 10
+    sample_tokens: int = 64  # per sample
+    seed: int = 0
+    sampling: SamplingConfig = field(default_factory=lambda: STUDY_SAMPLING)
+
+
+def seed_prompts(language, extra: list[str] | None = None) -> list[tuple[str, str]]:
+    """(kind, text) seed prompts for `language` (a `polyspec.assets.languages.Language`)."""
+    from polyspec.tasks import OPENING_SHARE, corpus_text, story_prompt
+
+    prompts = [("story", story_prompt(language, topic).text) for topic in DISTILL_TOPICS]
+    for paragraph in corpus_text(language):
+        cut = max(8, int(len(paragraph) * OPENING_SHARE))
+        if len(paragraph) > cut + 8:
+            prompts.append(("continuation", paragraph[:cut].rstrip()))
+    prompts += [("translation", text) for text in _translation_prompts(language)]
+    prompts += [("user", text) for text in extra or []]
+    return prompts
+
+
+def _translation_prompts(language) -> list[str]:
+    if language.udhr_code is None or language.corpus is not None:
+        return []
+    from polyspec.assets.udhr import align, read_declaration
+    from polyspec.tasks import CORPUS_ARTICLES, SOURCE_CODE
+
+    pairs = align(read_declaration(SOURCE_CODE), read_declaration(language.udhr_code), CORPUS_ARTICLES)
+    return [f"English: {pair.source}\n{language.name}:" for pair in pairs if pair.source]
+
+
+class Shards:
+    """Append-only JSON lines of samples under `directory`; a torn last line is ignored."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.path = directory / "samples.jsonl"
+
+    def read(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        samples = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                samples.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # the line an interruption cut short, and nothing after it
+        return samples
+
+    def append(self, samples: list[dict]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        data = "".join(json.dumps(s) + "\n" for s in samples).encode("utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@torch.inference_mode()
+def sample_batch(
+    verifier: LoadedModel, prompts: list[list[int]], settings: SelfCorpusSettings, seed: int, eos: frozenset[int]
+) -> list[list[int]]:
+    """Sample `settings.sample_tokens` tokens after each prompt, in one left-padded batch."""
+    from transformers import DynamicCache
+
+    device = verifier.device
+    width = max(map(len, prompts))
+    pad = verifier.tokenizer.pad_token_id or 0
+    input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    processor = LogitsProcessor(settings.sampling)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    histories = [list(p) for p in prompts]
+    outputs: list[list[int]] = [[] for _ in prompts]
+    done = [False] * len(prompts)
+    cache = DynamicCache(config=verifier.model.config)
+    step_ids = input_ids
+    for _ in range(settings.sample_tokens):
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)[:, -step_ids.shape[1] :]
+        logits = verifier.model(
+            input_ids=step_ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1]  # fmt: skip
+        chosen = []
+        for row, history in enumerate(histories):
+            probs = processor.probs(logits[row : row + 1], history, len(history))[0]
+            token = sample(probs, generator)
+            chosen.append(token)
+            if not done[row]:
+                history.append(token)
+                outputs[row].append(token)
+                done[row] = token in eos
+        if all(done):
+            break
+        step_ids = torch.tensor([[t] for t in chosen], device=device)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+    return outputs
+
+
+def generate_corpus(
+    verifier: LoadedModel, language, work: Path, settings: SelfCorpusSettings, extra_prompts: list[str] | None = None
+) -> Iterator[int]:
+    """Extends the samples under `work` until they hold `settings.tokens` tokens; yields the
+    number of tokens after each batch (resuming from what is there)."""
+    prompts = seed_prompts(language, extra_prompts)
+    order = list(range(len(prompts)))
+    random.Random(settings.seed).shuffle(order)
+    shards = Shards(work)
+    done = shards.read()
+    total = sum(len(s["ids"]) for s in done)
+    batch_index = len(done) // settings.batch
+    eos = _eos_ids(verifier)
+    yield total
+    while total < settings.tokens:
+        picks = [order[(batch_index * settings.batch + i) % len(order)] for i in range(settings.batch)]
+        ids = [_encode(verifier, prompts[i][1]) for i in picks]
+        outputs = sample_batch(verifier, ids, settings, settings.seed * 1_000_003 + batch_index, eos)
+        samples = [{"prompt": i, "kind": prompts[i][0], "ids": out} for i, out in zip(picks, outputs, strict=True)]
+        shards.append(samples)
+        total += sum(len(out) for out in outputs)
+        batch_index += 1
+        yield total
+
+
+def _encode(verifier: LoadedModel, text: str) -> list[int]:
+    return verifier.tokenizer(text)["input_ids"]
+
+
+def _eos_ids(verifier: LoadedModel) -> frozenset[int]:
+    ids = verifier.model.generation_config.eos_token_id
+    if ids is None:
+        ids = verifier.tokenizer.eos_token_id
+    return frozenset([] if ids is None else ids if isinstance(ids, list) else [ids])
+
+
+def prompts_fingerprint(prompts: list[tuple[str, str]]) -> str:
+    return hashlib.sha256(json.dumps(prompts, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def distill_ngram(
+    verifier: LoadedModel,
+    language,
+    order: int,
+    out: Path,
+    settings: SelfCorpusSettings,
+    extra_prompts: list[str] | None = None,
+    mix: list[str] | None = None,
+    mix_weight: int = 1,
+    on_progress=None,
+):
+    """Generate (or resume) the verifier's corpus next to `out` and train the n-gram on it.
+
+    With `mix` (documents of a real corpus), counts add up: the verifier's samples count
+    `mix_weight` times each, the real documents once."""
+    from polyspec.ngram import train
+
+    if order < 1:
+        raise UserError(f"order must be >= 1, got {order}")
+    work = out.with_name(out.name + ".samples")
+    for total in generate_corpus(verifier, language, work, settings, extra_prompts):
+        if on_progress is not None:
+            on_progress(min(total, settings.tokens))
+    samples = Shards(work).read()
+    decode = verifier.tokenizer.decode
+    texts = [decode(s["ids"], skip_special_tokens=True) for s in samples]
+    documents = texts * mix_weight + list(mix or [])
+    prompts = seed_prompts(language, extra_prompts)
+    metadata = {
+        "distilled_from": verifier.name,
+        "language": language.code,
+        "sampled_tokens": str(sum(len(s["ids"]) for s in samples)),
+        "samples": str(len(samples)),
+        "seed_prompts": str(len(prompts)),
+        "seed_prompts_sha256": prompts_fingerprint(prompts),
+        "settings": json.dumps({**asdict(settings), "sampling": asdict(settings.sampling)}),
+        "mix_documents": str(len(mix or [])),
+        "mix_weight": str(mix_weight),
+    }
+    return train(verifier.tokenizer, documents, order=order, out=out, show_progress=False, metadata=metadata)
