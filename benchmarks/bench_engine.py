@@ -20,7 +20,7 @@ import torch
 
 from polyspec.decoding import Decoder
 from polyspec.drafters.prompt_lookup import PromptLookupDrafter
-from polyspec.models import LoadedModel
+from polyspec.specs import load_model
 
 PROMPTS = [
     "Article 1. All human beings are born free and equal in dignity and rights. They are endowed with "
@@ -72,7 +72,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="write the summary as JSON here")
     args = parser.parse_args()
 
-    verifier = LoadedModel.load(args.verifier, dtype=args.dtype)
+    verifier = load_model(args.verifier, dtype=args.dtype)
     decoder = Decoder(verifier)
     timer = ForwardTimer(decoder.lm)
     model = verifier.model

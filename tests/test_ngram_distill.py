@@ -54,8 +54,12 @@ def test_interrupted_generation_resumes_to_the_same_samples(verifier, language, 
     log = part.with_name(part.name + ".samples") / "samples.jsonl"
     log.write_text(log.read_text() + '{"prompt": 3, "ids": [1')
     distill_ngram(verifier, language, 2, part, settings)
+
+    def without_timing(samples):
+        return [{key: value for key, value in s.items() if key != "seconds"} for s in samples]
+
     resumed = Shards(log.parent).read()
-    assert resumed == Shards(whole.with_name(whole.name + ".samples")).read()
+    assert without_timing(resumed) == without_timing(Shards(whole.with_name(whole.name + ".samples")).read())
     assert sum(len(s["ids"]) for s in resumed) >= 60
 
 

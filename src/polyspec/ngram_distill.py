@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import random
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -159,8 +160,13 @@ def generate_corpus(
     while total < settings.tokens:
         picks = [order[(batch_index * settings.batch + i) % len(order)] for i in range(settings.batch)]
         ids = [_encode(verifier, prompts[i][1]) for i in picks]
+        began = time.perf_counter()
         outputs = sample_batch(verifier, ids, settings, settings.seed * 1_000_003 + batch_index, eos)
-        samples = [{"prompt": i, "kind": prompts[i][0], "ids": out} for i, out in zip(picks, outputs, strict=True)]
+        share = (time.perf_counter() - began) / len(picks)  # so the log says what N tokens cost
+        samples = [
+            {"prompt": i, "kind": prompts[i][0], "ids": out, "seconds": round(share, 4)}
+            for i, out in zip(picks, outputs, strict=True)
+        ]
         shards.append(samples)
         total += sum(len(out) for out in outputs)
         batch_index += 1
