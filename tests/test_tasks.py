@@ -9,8 +9,8 @@ from test_assets_fakes import install_fake_udhr, paragraph_text
 
 from polyspec.assets import languages
 from polyspec.assets.languages import Language, language_from_files
-from polyspec.bench import tasks
-from polyspec.bench.tasks import build_prompts, copy4, corpus_text, distinct2, held_out
+from polyspec import tasks
+from polyspec.tasks import build_prompts, copy4, corpus_text, distinct2, held_out
 from polyspec.errors import UserError
 
 FAKE_LANGUAGES = ("oci", "ber", "chr", "zh", "yor")

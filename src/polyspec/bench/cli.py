@@ -71,7 +71,7 @@ def bench(
         corpora=parse_files(corpus) or None,
         parallels=parse_files(parallel) or None,
     )
-    from polyspec.bench.tasks import TASKS
+    from polyspec.tasks import TASKS
 
     for task in config.tasks:
         if task not in TASKS:

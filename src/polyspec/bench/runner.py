@@ -21,7 +21,7 @@ import polyspec
 from polyspec.bench.grid import BenchConfig, record_key
 from polyspec.bench.metrics import chrf, cost_ratio, first_divergence, predicted_speedup
 from polyspec.bench.results import ResultsLog
-from polyspec.bench.tasks import Prompt, build_prompts, copy4, corpus_text, cut_at_stop, distinct2
+from polyspec.tasks import Prompt, build_prompts, copy4, corpus_text, cut_at_stop, distinct2
 from polyspec.decoding import Decoder
 from polyspec.errors import UserError
 from polyspec.models import LoadedModel

@@ -78,7 +78,7 @@ class TeacherData:
 
 def translation_items(language, parallel: str | None) -> list:
     """Aligned (English, language) training items, disjoint from the held-out split."""
-    from polyspec.bench.tasks import CORPUS_ARTICLES, SOURCE_CODE, HeldOut, held_out, read_parallel, remove_overlaps
+    from polyspec.tasks import CORPUS_ARTICLES, SOURCE_CODE, HeldOut, held_out, read_parallel, remove_overlaps
 
     if language.code == SOURCE_CODE:
         raise UserError("translation is from English: pick a language other than English")
@@ -105,7 +105,7 @@ def translation_items(language, parallel: str | None) -> list:
 
 def translation_prompts(language, items: Sequence, shots: int, seed: int) -> list[str]:
     """The benchmark's prompt for each training item, its examples from other training items."""
-    from polyspec.bench.tasks import pick_shots, translation_prompt
+    from polyspec.tasks import pick_shots, translation_prompt
 
     return [translation_prompt(language, item, pick_shots(list(items), item, shots, seed)).text for item in items]
 
@@ -125,7 +125,7 @@ def translation_prompt_ids(tokenizer, language, options: DataOptions) -> list[li
 
 
 def monolingual_paragraphs(language, corpus: str | None) -> list[str]:
-    from polyspec.bench.tasks import corpus_text, read_lines
+    from polyspec.tasks import corpus_text, read_lines
 
     paragraphs = read_lines(Path(corpus)) if corpus is not None else corpus_text(language)
     if not paragraphs:
@@ -331,7 +331,7 @@ def model_fingerprint(model) -> str:
 
 def cache_key(verifier, options: DataOptions) -> str:
     from polyspec.assets.languages import get_language
-    from polyspec.bench.tasks import corpus_text
+    from polyspec.tasks import corpus_text
 
     language = get_language(options.language)
     fields = {"format": FORMAT, "model": model_fingerprint(verifier.model), **asdict(options)}

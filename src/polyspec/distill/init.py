@@ -24,13 +24,13 @@ class VocabSource:
 
 
 def file_source(path: Path) -> VocabSource:
-    from polyspec.bench.tasks import read_lines
+    from polyspec.tasks import read_lines
 
     return VocabSource(f"file:{path}", tuple(read_lines(Path(path))))
 
 
 def language_source(code: str) -> VocabSource:
-    from polyspec.bench.tasks import corpus_text
+    from polyspec.tasks import corpus_text
 
     return VocabSource(f"language:{code}", tuple(corpus_text(code)))
 
