@@ -10,6 +10,8 @@ This is the only place that parses a drafter spec or knows the embedded assets' 
   model:PATH_OR_ID                   a smaller causal LM with the verifier's tokenizer
   distill:PATH                       a drafter cut from the verifier by `polyspec distill init`
   suffix:PATH[+context]              a suffix index from `polyspec suffix build` (longest match)
+  adaptive[:SPEC;SPEC...]            routes among the listed drafters (default: prompt-lookup),
+                                     sizing each draft by expected tokens per second
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ if TYPE_CHECKING:  # torch is imported only once a model is loaded: `--help` sta
 
 DEFAULT_VERIFIER = "gemma3-270m"  # the embedded Gemma-3-270M (`polyspec assets fetch`)
 NGRAM_GRAMMAR = "ngram:PATH[+context][?backoff=none&min_prob=0.2&context_order=4]"
-KINDS = ("none", "prompt-lookup", "ngram", "model", "distill", "suffix")
+KINDS = ("none", "prompt-lookup", "ngram", "model", "distill", "suffix", "adaptive")
 DRAFTER_HELP = (
     "none | prompt-lookup[:MIN-MAX] | ngram:PATH[+context][?OPTIONS] | model:PATH_OR_ID | distill:PATH"
-    " | suffix:PATH[+context]"
+    " | suffix:PATH[+context] | adaptive[:SPEC;SPEC...]"
 )
 _CONTEXT_SUFFIX = "+context"
 _MAX_CONTEXT_ORDER = 8  # the n-gram trainer's highest order
@@ -77,7 +79,18 @@ def parse_drafter(spec: str) -> DrafterSpec:
         parse_ngram(argument)
     if kind in ("model", "distill", "suffix") and not argument:
         raise UserError(f"drafter {kind!r} needs a path: {kind}:PATH")
+    if kind == "adaptive":
+        for part in adaptive_parts(argument):
+            parse_drafter(part)
     return parsed
+
+
+def adaptive_parts(argument: str) -> list[str]:
+    """The drafter specs an adaptive drafter routes among."""
+    parts = [part.strip() for part in argument.split(";") if part.strip()] if argument else ["prompt-lookup"]
+    if any(part.partition(":")[0] in ("adaptive", "none") for part in parts):
+        raise UserError("adaptive routes among drafters: list drafters other than none and adaptive")
+    return parts
 
 
 def make_drafter(spec: str, verifier: LoadedModel) -> Drafter:
@@ -107,6 +120,11 @@ def make_drafter(spec: str, verifier: LoadedModel) -> Drafter:
         path = model_path(argument)
         draft = LoadedModel.load(path, dtype=verifier.dtype_name, device=str(verifier.device))
         return ModelDrafter.for_verifier(draft, verifier)
+    if kind == "adaptive":
+        from polyspec.drafters.adaptive import AdaptiveDrafter
+
+        parts = adaptive_parts(argument)
+        return AdaptiveDrafter({part: make_drafter(part, verifier) for part in parts}, verify_costs(verifier))
     if kind == "suffix":
         from polyspec.suffix.spec import make_suffix_drafter
 
@@ -173,3 +191,31 @@ def _number(text: str, name: str, kind):
         return kind(text)
     except ValueError as exc:
         raise UserError(f"n-gram drafter {name} must be a number, got {text!r}") from exc
+
+
+def verify_costs(verifier: LoadedModel):
+    """The verifier's forward time by width on this device: measured once, then read from
+    $POLYSPEC_HOME/verify-costs/ (keyed by model config, dtype, device and thread count)."""
+    import hashlib
+    import json
+
+    import torch
+
+    from polyspec.drafters.adaptive import VerifyCosts, measure_verify_costs
+
+    try:
+        from polyspec.assets.store import home
+    except ImportError:
+        return measure_verify_costs(verifier.model)
+    config = verifier.model.config.to_json_string(use_diff=False)
+    key = f"{config}|{verifier.dtype_name}|{verifier.device}|{torch.get_num_threads()}|{torch.__version__}"
+    path = home() / "verify-costs" / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
+    try:
+        return VerifyCosts.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError):
+        pass
+    from polyspec.files import write_atomic
+
+    costs = measure_verify_costs(verifier.model)
+    write_atomic(path, json.dumps({"model": verifier.name, **costs.to_dict()}) + "\n")
+    return costs
