@@ -80,3 +80,44 @@ def test_greedy_tokens_are_argmax_after_penalty():
 def test_invalid_settings_are_user_errors(kwargs):
     with pytest.raises(UserError):
         SamplingConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        SamplingConfig(temperature=1.0, top_k=50, top_p=0.9, repetition_penalty=1.1, penalty_window=16),
+        SamplingConfig(temperature=0.8, top_k=7, repetition_penalty=1.5),
+        SamplingConfig(temperature=1.0, repetition_penalty=1.3, penalty_window=3),
+    ],
+)
+@pytest.mark.parametrize("seed", range(4))
+def test_rows_after_their_own_paths_match_transformers(config, seed):
+    """Token-tree rows: row j after ids + suffixes[j], each as transformers would process it."""
+    generator = torch.Generator().manual_seed(seed)
+    vocab = 60
+    ids = torch.randint(0, vocab, (20,), generator=generator).tolist()
+    suffixes = [[], [5], [5, 9], [7], [7, 7, 3, 1, 2]]
+    logits = torch.randn(len(suffixes), vocab, generator=generator) * 3
+    processor = LogitsProcessor(config)
+    ours = processor.probs_after(logits, ids, suffixes)
+    for j, suffix in enumerate(suffixes):
+        context = [*ids, *suffix]
+        theirs = reference_probs(logits[j : j + 1], context, config)
+        torch.testing.assert_close(ours[j : j + 1], theirs, atol=1e-6, rtol=1e-5)
+    greedy = LogitsProcessor(
+        SamplingConfig(repetition_penalty=config.repetition_penalty, penalty_window=config.penalty_window)
+    )
+    expected = [int(processor.penalize_after(logits[j : j + 1], ids, [s]).argmax()) for j, s in enumerate(suffixes)]
+    assert greedy.greedy_after(logits, ids, suffixes) == expected
+
+
+def test_rows_after_a_chain_equal_the_chain_rows():
+    generator = torch.Generator().manual_seed(3)
+    config = SamplingConfig(temperature=1.0, top_k=10, repetition_penalty=1.4, penalty_window=5)
+    ids = torch.randint(0, 40, (12,), generator=generator).tolist()
+    draft = [3, 8, 3]
+    logits = torch.randn(len(draft) + 1, 40, generator=generator) * 3
+    processor = LogitsProcessor(config)
+    chain = processor.probs(logits, ids, len(ids), draft)
+    after = processor.probs_after(logits, ids, [draft[:j] for j in range(len(draft) + 1)])
+    torch.testing.assert_close(after, chain)

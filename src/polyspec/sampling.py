@@ -53,7 +53,9 @@ class LogitsProcessor:
 
     Row j of `logits` predicts the token at position `start + j` of `ids + draft`, so its
     context is `(ids + draft)[:start + j]` (the repetition penalty looks at that context only).
-    The draft is passed apart so that no step copies the whole sequence.
+    The draft is passed apart so that no step copies the whole sequence. The `*_after` forms
+    take one context per row instead (`ids + suffixes[j]`): the nodes of a token tree, each
+    after its own path.
     """
 
     def __init__(self, config: SamplingConfig) -> None:
@@ -62,15 +64,39 @@ class LogitsProcessor:
     def penalize(self, logits: torch.Tensor, ids: Sequence[int], start: int, draft: Sequence[int] = ()) -> torch.Tensor:
         """logits: [n, V]. Returns float32 logits with the repetition penalty applied (never
         modifies its input)."""
-        penalty = self.config.repetition_penalty
-        if penalty == 1.0:
+        if self.config.repetition_penalty == 1.0:
             return logits.float()
-        logits = logits.float().clone()
         window = self.config.penalty_window
+        seen_rows = []
         for j in range(logits.shape[0]):
             end = start + j
             first = max(0, end - window) if window else 0
-            seen = [*ids[first:end], *draft[max(0, first - len(ids)) : max(0, end - len(ids))]]
+            seen_rows.append([*ids[first:end], *draft[max(0, first - len(ids)) : max(0, end - len(ids))]])
+        return self._penalize_rows(logits, seen_rows)
+
+    def penalize_after(
+        self, logits: torch.Tensor, ids: Sequence[int], suffixes: Sequence[Sequence[int]]
+    ) -> torch.Tensor:
+        """Like `penalize`, but row j's context is `ids + suffixes[j]`: the rows of a token tree,
+        each after its own root-to-node path."""
+        if self.config.repetition_penalty == 1.0:
+            return logits.float()
+        window = self.config.penalty_window
+        seen_rows = []
+        for suffix in suffixes:
+            if not window:
+                seen_rows.append([*ids, *suffix])
+                continue
+            from_ids = window - len(suffix)
+            seen_rows.append([*(ids[-from_ids:] if from_ids > 0 else ()), *suffix[-window:]])
+        return self._penalize_rows(logits, seen_rows)
+
+    def _penalize_rows(self, logits: torch.Tensor, seen_rows: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Row j's logits of the tokens in seen_rows[j] divided (if positive) or multiplied by
+        the penalty, once per distinct token."""
+        penalty = self.config.repetition_penalty
+        logits = logits.float().clone()
+        for j, seen in enumerate(seen_rows):
             if not seen:
                 continue
             index = torch.tensor(seen, dtype=torch.long, device=logits.device)
@@ -86,10 +112,23 @@ class LogitsProcessor:
             return logits.argmax(dim=-1).tolist()  # widening to float32 cannot change the argmax
         return self.penalize(logits, ids, start, draft).argmax(dim=-1).tolist()
 
+    def greedy_after(self, logits: torch.Tensor, ids: Sequence[int], suffixes: Sequence[Sequence[int]]) -> list[int]:
+        """`greedy_tokens` with row j after `ids + suffixes[j]`."""
+        if self.config.repetition_penalty == 1.0:
+            return logits.argmax(dim=-1).tolist()
+        return self.penalize_after(logits, ids, suffixes).argmax(dim=-1).tolist()
+
     def probs(self, logits: torch.Tensor, ids: Sequence[int], start: int, draft: Sequence[int] = ()) -> torch.Tensor:
         """[n, V] sampling distribution of each row, zero outside the top-k / top-p sets."""
+        return self._distribution(self.penalize(logits, ids, start, draft))
+
+    def probs_after(self, logits: torch.Tensor, ids: Sequence[int], suffixes: Sequence[Sequence[int]]) -> torch.Tensor:
+        """`probs` with row j after `ids + suffixes[j]`."""
+        return self._distribution(self.penalize_after(logits, ids, suffixes))
+
+    def _distribution(self, penalized: torch.Tensor) -> torch.Tensor:
         cfg = self.config
-        scores = self.penalize(logits, ids, start, draft) / cfg.temperature
+        scores = penalized / cfg.temperature
         vocab = scores.shape[-1]
         if cfg.top_k and cfg.top_k < vocab:
             # Work on the k best only: sorting 262k logits per row would dominate the step.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -33,10 +34,18 @@ class Verdict:
     accepted: how many leading draft tokens were kept.
     token:    the verifier's own token after them: a *recovered* token when a draft token was
               rejected, a *bonus* token when all of them were accepted.
+    path:     for a token tree, the kept nodes from the root down (None for a chain, whose kept
+              nodes are its first `accepted`).
     """
 
     accepted: int
     token: int
+    path: tuple[int, ...] | None = None
+
+    @property
+    def kept(self) -> Sequence[int]:
+        """Indices of the kept draft nodes, in order."""
+        return range(self.accepted) if self.path is None else self.path
 
 
 @dataclass
@@ -44,13 +53,18 @@ class GenerationStats:
     """Counters for one generation; the derived rates are properties so they never disagree.
 
     drafted counts draft tokens as Leviathan et al. and the study do: after a rejection,
-    only up to and including the first rejected token (later ones were never judged).
+    only up to and including the first rejected token (later ones were never judged). For a
+    token tree, a level counts once however many siblings were tried there; proposed counts
+    every node. nodes_verified counts every position the verifier was fed in its verify calls
+    (the pending token and the draft nodes), so nodes_verified / verifier_calls is the mean
+    verify width.
     """
 
     drafted: int = 0
     accepted: int = 0
     proposed: int = 0  # every drafted token, judged or not
     verifier_calls: int = 0
+    nodes_verified: int = 0
     new_tokens: int = 0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
@@ -75,9 +89,11 @@ class GenerationStats:
     def acceptance_by_position(self) -> list[float]:
         return [a / r if r else 0.0 for a, r in zip(self.accepted_at, self.reached, strict=True)]
 
-    def record(self, proposed: int, accepted: int) -> None:
-        """Count one verified draft of `proposed` tokens of which `accepted` were kept."""
-        judged = min(proposed, accepted + 1)
+    def record(self, proposed: int, accepted: int, judged: int | None = None) -> None:
+        """Count one verified draft of `proposed` tokens (or tree nodes) of which `accepted` were
+        kept; `judged` levels were decided (default, a chain's: up to the first rejection)."""
+        if judged is None:
+            judged = min(proposed, accepted + 1)
         self.proposed += proposed
         self.drafted += judged
         self.accepted += accepted
@@ -94,6 +110,7 @@ class GenerationStats:
             "accepted": self.accepted,
             "acceptance_rate": self.acceptance_rate,
             "verifier_calls": self.verifier_calls,
+            "nodes_verified": self.nodes_verified,
             "tokens_per_call": self.tokens_per_call,
             "draft_seconds": self.draft_seconds,
             "verify_seconds": self.verify_seconds,

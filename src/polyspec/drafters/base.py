@@ -3,6 +3,11 @@
 A drafter proposes up to k tokens after the context, with the distribution each was drawn from
 (or None: a point mass). It never touches the verifier's cache. Drafters are built from objects
 (a model, an n-gram model, options); spec strings are parsed at the edge (`polyspec.specs`).
+
+A drafter that can branch also has `propose_tree(context, budget, max_depth)`: a token tree
+(`polyspec.tree`) of at most `budget` nodes and `max_depth` levels, both chosen per call by the
+engine or by a policy around the drafter. Its distributions must be what tree acceptance assumes:
+point masses with distinct siblings, or siblings drawn independently from one shared row.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Protocol
 import torch
 
 from polyspec.sampling import LogitsProcessor
+from polyspec.tree import EMPTY_TREE, TokenTree
 from polyspec.types import EMPTY_DRAFT, Draft
 
 
@@ -25,6 +31,15 @@ class Drafter(Protocol):
         """Up to k tokens to follow `context` (prompt and everything accepted so far)."""
 
 
+class TreeDrafter(Drafter, Protocol):
+    def propose_tree(self, context: Sequence[int], budget: int, max_depth: int) -> TokenTree:
+        """Up to `budget` nodes at most `max_depth` deep to follow `context`."""
+
+
+def can_branch(drafter: Drafter) -> bool:
+    return callable(getattr(drafter, "propose_tree", None))
+
+
 class NoDrafter:
     """Plain decoding: every step is one verifier call that emits one token."""
 
@@ -33,3 +48,6 @@ class NoDrafter:
 
     def propose(self, context, k) -> Draft:
         return EMPTY_DRAFT
+
+    def propose_tree(self, context, budget, max_depth) -> TokenTree:
+        return EMPTY_TREE

@@ -18,6 +18,12 @@ guess accepted with chance 1/V only widens the verifier call.
 Sampling verification: each step draws from the chosen context's maximum-likelihood
 distribution (uniform for an unseen context without back-off) and returns those rows as
 Draft.probs, so rejection sampling keeps the verifier's output distribution exact.
+
+Token trees (greedy or sampling alike): the children of a node are its most probable
+continuations, point masses chosen without randomness, and the tree grows best-first by
+estimated path probability. With +context both sources propose: their distributions are mixed,
+each weighted by the length of the context it matched plus one. Candidates below min_prob are
+left out, and an unseen context without back-off has no children.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from polyspec.tree import EMPTY_TREE, TokenTree, best_first
 from polyspec.types import EMPTY_DRAFT, Draft
 
 ROOT = (0, 0)  # the model's state for the empty context: depth 0, node 0
@@ -92,6 +99,7 @@ class NGramDrafter:
         self._fed = 0
         self._last = -1
         self._large: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, float]] = {}
+        self._top: dict[tuple[int, int], tuple[bool, list[tuple[int, float]]]] = {}  # (all?, best first)
         if self.cache is not None:
             self.cache = ContextCache(self.cache.max_context)
 
@@ -246,3 +254,75 @@ class NGramDrafter:
         if self.generator is not None and self.generator.device.type != "cpu":
             probs = probs.to(self.generator.device)
         return Draft(tokens=tokens, probs=probs)
+
+    # Token trees.
+
+    def _static_top(self, found: tuple[int, int], limit: int) -> list[tuple[int, float]]:
+        """The `limit` most probable usable continuations of a context node (ties: smaller id)."""
+        cached = self._top.get(found)
+        if cached is not None and (cached[0] or len(cached[1]) >= limit):
+            return cached[1][:limit]
+        ids, counts = self.model.continuations(*found)
+        counts = counts.astype(np.int64)
+        total = int(counts.sum())
+        keep = ids < self.usable_vocab
+        ids, counts = ids[keep].astype(np.int64), counts[keep]
+        size = max(limit, 16)
+        complete = len(ids) <= size
+        if not complete:
+            part = np.argpartition(-counts, size - 1)[:size]
+            ids, counts = ids[part], counts[part]
+        top = [(int(ids[i]), int(counts[i]) / total) for i in np.lexsort((ids, -counts))]
+        if len(self._top) > 4096:
+            self._top.clear()
+        self._top[found] = (complete, top)
+        return top[:limit]
+
+    def _live_top(self, window: list[int], limit: int) -> tuple[int, list[tuple[int, float]]]:
+        """(matched length, most probable continuations) in the live cache; (0, []) for none."""
+        table = self.cache.table
+        for length in range(min(self.cache.max_context, len(window)), 0, -1):
+            entry = table.get(tuple(window[-length:]))
+            if entry is not None:
+                best, total = entry[0], entry[2]
+                ranked = sorted(entry[3].items(), key=lambda item: (-item[1], item[0] != best))
+                return length, [(t, c / total) for t, c in ranked[:limit] if t < self.usable_vocab]
+        return 0, []
+
+    def _candidates(self, state, window: list[int] | None, limit: int) -> list[tuple[int, float]]:
+        found = self.model.predictor(*state, backoff=self.options.backoff)
+        static = self._static_top(found, limit) if found is not None else []
+        if window is None:
+            mixed = static
+        else:
+            length, live = self._live_top(window, limit)
+            if not live or not static:
+                mixed = live or static
+            else:
+                weights = {"live": length + 1.0, "static": found[0] + 1.0}
+                total = weights["live"] + weights["static"]
+                scores: dict[int, float] = {}
+                for source, pairs in (("live", live), ("static", static)):
+                    for token, prob in pairs:
+                        scores[token] = scores.get(token, 0.0) + prob * weights[source] / total
+                mixed = sorted(scores.items(), key=lambda item: -item[1])
+        min_prob = self.options.min_prob
+        return [(t, p) for t, p in mixed if p >= min_prob][:limit]
+
+    def propose_tree(self, context: Sequence[int], budget: int, max_depth: int) -> TokenTree:
+        if budget <= 0 or max_depth <= 0 or not context:
+            return EMPTY_TREE
+        self._advance(context)
+        states = {(): self._state}
+        longest = self.cache.max_context if self.cache is not None else 0
+        base = list(context[-longest:]) if longest else []
+
+        def expand(node: int, path: list[int], limit: int) -> list[tuple[int, float]]:
+            key = tuple(path)
+            state = states.get(key)
+            if state is None:
+                state = states[key] = self.model.step(*states[key[:-1]], key[-1])
+            window = [*base, *path][-longest:] if self.cache is not None else None
+            return self._candidates(state, window, limit)
+
+        return best_first(expand, budget, max_depth)
