@@ -11,7 +11,7 @@ from conftest import run_cli
 from polyspec.bench.grid import BenchConfig, record_key
 from polyspec.bench.report import write_report
 from polyspec.bench.results import read_records
-from polyspec.bench.runner import plan_units, resolve_grid_languages, run_bench
+from polyspec.bench.runner import BenchRunner, plan_units, resolve_grid_languages, run_bench
 
 FIELDS = {
     "version", "commit", "seed", "dtype", "device", "language", "task", "drafter", "gamma", "mode", "alpha",
@@ -110,6 +110,23 @@ def test_report_writes_tables_csv_and_plots(verifier_dir, language_files, tmp_pa
     assert len(rows) == 1 + len(read_records(first)) + len(read_records(second))
 
 
+def test_ngram_drafters_are_trained_once_and_built_with_their_options(verifier, language_files, tmp_path):
+    from polyspec.drafters.ngram import NGramDrafter
+
+    config = config_for(str(verifier.name), language_files)
+    runner = BenchRunner(config, verifier, tmp_path / "ngram")
+    language = resolve_grid_languages(config)[0]
+    bigram, context = runner.drafter("ngram-bigram", language), runner.drafter("ngram+context", language)
+    assert isinstance(bigram, NGramDrafter) and bigram.model.order == 2 and not bigram.options.backoff
+    assert context.model.order == config.ngram_order and context.options.use_context and context.options.backoff
+    files = sorted((tmp_path / "ngram").iterdir())
+    assert [f.suffix for f in files] == [".ngram", ".ngram"]  # no corpus file left behind
+    again = BenchRunner(config, verifier, tmp_path / "ngram")
+    assert again.ngrams.path(language, 2) in files and sorted((tmp_path / "ngram").iterdir()) == files
+    user = runner.drafter(f"ngram:{again.ngrams.path(language, 2)}?min_prob=0.5", language)  # a spec, as typed
+    assert user.options.min_prob == 0.5 and user.model.order == 2
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -122,6 +139,8 @@ def test_report_writes_tables_csv_and_plots(verifier_dir, language_files, tmp_pa
         ["--tasks", "poetry"],
         ["--recipe", "nope"],
         ["--dry-run"],
+        ["--drafters", "bogus"],
+        ["--drafters", "ngram:m.ngram?backoff=maybe"],
     ],
 )
 def test_bench_bad_input_is_one_line(monkeypatch, capsys, tmp_path, args):

@@ -15,10 +15,10 @@ from test_decoding import check_sampling_is_exact, hf_greedy, random_prompts
 from polyspec.assets import languages
 from polyspec.assets.languages import Language
 from polyspec.decoding import Decoder
-from polyspec.distill.build import ReducedHead, reduced_head
-from polyspec.distill.checkpoint import load_drafter, read_meta
 from polyspec.distill.init import VocabSource, init_drafter
 from polyspec.distill.vocab import always_kept, top_tokens
+from polyspec.drafters.distilled import load_drafter, read_meta
+from polyspec.drafters.reduced_head import ReducedHead, reduced_head
 from polyspec.errors import UserError
 from polyspec.specs import make_drafter
 
@@ -45,7 +45,7 @@ def full_dir(tmp_path_factory, verifier_dir):
 
 
 def test_the_drafter_is_the_verifiers_bottom_layers_norm_and_head(verifier, full_dir):
-    drafter = load_drafter(full_dir, torch.float32).model
+    drafter = load_drafter(full_dir, torch.float32)
     config = drafter.config
     assert config.num_hidden_layers == 2 and config.layer_types == verifier.model.config.layer_types[:2]
     theirs = verifier.model.state_dict()
@@ -68,7 +68,7 @@ def test_the_checkpoint_is_a_stock_transformers_model(full_dir, reduced_dir):
 
 
 def test_reduced_head_keeps_the_most_frequent_ids_and_their_logits(verifier, reduced_dir, tokenizer):
-    drafter = load_drafter(reduced_dir, torch.float32).model
+    drafter = load_drafter(reduced_dir, torch.float32)
     head = reduced_head(drafter)
     assert isinstance(head, ReducedHead) and read_meta(reduced_dir).kept == KEEP
     specials = always_kept(tokenizer)  # end and start of sequence
@@ -143,15 +143,30 @@ def test_bad_drafter_paths_are_user_errors(verifier, tmp_path, tokenizer):
         make_drafter(f"distill:{plain}", verifier)
 
 
-def test_a_drafter_for_another_vocabulary_is_refused(verifier, full_dir, tmp_path):
+def edited_copy(drafter_dir, tmp_path, **changes):
     import shutil
 
     other = tmp_path / "other"
-    shutil.copytree(full_dir, other)
+    shutil.copytree(drafter_dir, other)
     meta = json.loads((other / "polyspec-drafter.json").read_text())
-    (other / "polyspec-drafter.json").write_text(json.dumps({**meta, "vocab_sha256": "0" * 64}))
+    (other / "polyspec-drafter.json").write_text(json.dumps({**meta, **changes}))
+    return other
+
+
+def test_a_drafter_for_another_vocabulary_is_refused(verifier, full_dir, tmp_path):
+    from polyspec.vocabulary import fingerprint
+
+    assert read_meta(full_dir).vocab_sha256 == fingerprint(verifier.tokenizer).vocab_sha256
+    other = edited_copy(full_dir, tmp_path, vocab_sha256="0" * 64)
     with pytest.raises(UserError, match="another vocabulary"):
         make_drafter(f"distill:{other}", verifier)
+
+
+def test_a_drafter_of_the_earlier_format_says_to_rebuild_it(verifier, full_dir, tmp_path):
+    old = edited_copy(full_dir, tmp_path, format=1)
+    with pytest.raises(UserError, match="re-run `polyspec distill init`") as error:
+        make_drafter(f"distill:{old}", verifier)
+    assert "\n" not in str(error.value) and "format 1" in str(error.value)
 
 
 def test_init_rejects_bad_settings(verifier_dir, tmp_path):
@@ -181,21 +196,22 @@ def test_cli_init_writes_the_languages_baseline_and_the_bench_finds_it(
 ):
     from polyspec.bench.grid import BenchConfig
     from polyspec.bench.runner import BenchRunner
+    from polyspec.distill.store import bench_drafter_dir
 
     runner = BenchRunner(BenchConfig(languages=("tst",)), verifier, home / "ngram")
     language = languages.get_language("tst")
     with pytest.raises(UserError, match="polyspec distill init --language tst"):
-        runner.drafter_spec("draft-baseline", language)
+        runner.drafter("draft-baseline", language)
     with pytest.raises(UserError, match="polyspec distill train --language tst --data translation"):
-        runner.drafter_spec("distill-task", language)
+        runner.drafter("distill-task", language)
     args = ["distill", "init", "--verifier", str(verifier_dir), "--language", "tst", "--layers", "2"]
     code, out, err = run_cli(monkeypatch, capsys, *args, "--vocab-top", "30", "--json")
     assert code == 0, err
     record = json.loads(out)
     assert record["kept"] == 30 and record["vocab_sources"] == ["language:tst", "language:eng"]
-    spec = runner.drafter_spec("draft-baseline", language)
-    assert spec == f"distill:{home / 'distill' / 'tst' / 'baseline'}"
-    assert runner.drafter("draft-baseline", language).lm.model.config.num_hidden_layers == 2
+    assert bench_drafter_dir("draft-baseline", language) == home / "distill" / "tst" / "baseline"
+    drafter = runner.drafter("draft-baseline", language).lm.model
+    assert drafter.config.num_hidden_layers == 2 and reduced_head(drafter).kept_ids.numel() == 30
     code, out, _ = run_cli(monkeypatch, capsys, "distill", "info", str(home / "distill" / "tst" / "baseline"))
     assert code == 0 and json.loads(out)["layers"] == 2
     code, _, err = run_cli(monkeypatch, capsys, "distill", "init", "--verifier", str(verifier_dir))

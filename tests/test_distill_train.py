@@ -14,10 +14,10 @@ from test_assets_fakes import install_fake_udhr
 from polyspec.assets import languages
 from polyspec.assets.languages import Language
 from polyspec.distill import data as teacher
-from polyspec.distill.checkpoint import load_drafter, read_meta
 from polyspec.distill.data import DataOptions
 from polyspec.distill.init import VocabSource, init_drafter
 from polyspec.distill.trainer import TrainConfig, Trainer, batch_indices, train
+from polyspec.drafters.distilled import load_drafter, read_meta
 from polyspec.errors import UserError
 
 
@@ -111,8 +111,8 @@ def test_resume_continues_exactly_where_a_run_stopped(verifier_dir, drafter_dir,
     report = train(stopped, resume=True, show_progress=False)
     assert len(report.history) == 3 and report.history[0]["step"] == 4
 
-    a = load_drafter(tmp_path / "straight", torch.float32).model.state_dict()
-    b = load_drafter(tmp_path / "stopped", torch.float32).model.state_dict()
+    a = load_drafter(tmp_path / "straight", torch.float32).state_dict()
+    b = load_drafter(tmp_path / "stopped", torch.float32).state_dict()
     assert a.keys() == b.keys()
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
@@ -123,12 +123,12 @@ def test_a_saved_drafter_loads_back_as_it_was_trained(verifier, verifier_dir, dr
     trainer = Trainer(settings, show_progress=False)
     trainer.run(keep_checkpoints=True)
     assert (settings.state_dir / "step-000003" / "trainable.safetensors").is_file()
-    loaded = load_drafter(tmp_path / "out", torch.float32).model.eval()
+    loaded = load_drafter(tmp_path / "out", torch.float32).eval()
     trained = trainer.drafter.eval()
     ids = torch.tensor([[2, 5, 9, 11, 30, 7]])
     with torch.inference_mode():
         torch.testing.assert_close(loaded(ids).logits, trained(ids).logits)
-    original = load_drafter(drafter_dir, torch.float32).model
+    original = load_drafter(drafter_dir, torch.float32)
     assert not torch.equal(original.lm_head.weight, loaded.lm_head.weight)  # the head trained ...
     torch.testing.assert_close(
         original.get_input_embeddings().weight, loaded.get_input_embeddings().weight

@@ -1,39 +1,39 @@
-"""The study's full-scale recipe: its dry run builds the real architectures (shrunk) and runs every
-configuration; the real run stops at once, with a clear message, when the weights are out of
-reach."""
+"""The study's full-scale preset (`--recipe study`): the benchmark's runner and records; its dry
+run builds the real architectures (shrunk) and runs every configuration; the real run stops at
+once, with a clear message, when the weights are out of reach."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 import pytest
 import torch
+from conftest import run_cli
 
-from polyspec.bench import recipe as recipe_module
-from polyspec.bench.recipe import (
-    DRY_RUN_TEXTS,
-    KNOWN_CONFIGS,
-    LANGUAGE_NAMES,
-    STUDY_RECIPE,
-    run_recipe,
-    shrunk_config,
-    story_prompts,
-)
+from polyspec.assets.languages import STUDY_CODES, get_language
+from polyspec.bench.grid import PRESETS, record_key
+from polyspec.bench.recipe import KNOWN_CONFIGS, shrunk_config
+from polyspec.bench.report import write_report
+from polyspec.bench.results import read_records
+from polyspec.bench.runner import run_bench, sampling_for
 from polyspec.errors import UserError
 from polyspec.sampling import STUDY_SAMPLING
+from polyspec.tasks import build_prompts
+
+STUDY = PRESETS["study"]
 
 
-def test_study_recipe_has_the_study_settings():
-    assert (STUDY_RECIPE.verifier, STUDY_RECIPE.drafter) == ("Qwen/Qwen3.5-9B", "Qwen/Qwen3.5-0.8B")
-    assert STUDY_RECIPE.gammas == (2, 3, 4, 5) and STUDY_RECIPE.modes == ("greedy", "sampling")
-    assert STUDY_RECIPE.sampling == STUDY_SAMPLING
+def test_study_preset_has_the_study_settings():
+    assert (STUDY.verifier, STUDY.drafters) == ("Qwen/Qwen3.5-9B", ("none", "model:Qwen/Qwen3.5-0.8B"))
+    assert STUDY.gammas == (2, 3, 4, 5) and STUDY.modes == ("greedy", "sample") and STUDY.tasks == ("story",)
+    assert sampling_for("sample") == STUDY_SAMPLING
     assert (STUDY_SAMPLING.top_k, STUDY_SAMPLING.top_p, STUDY_SAMPLING.repetition_penalty) == (50, 0.9, 1.1)
     assert STUDY_SAMPLING.penalty_window == 16
-    assert len(STUDY_RECIPE.languages) == 12
-    for code in STUDY_RECIPE.languages:
-        assert len(DRY_RUN_TEXTS[code]) == 2 and all(DRY_RUN_TEXTS[code])
-        assert LANGUAGE_NAMES[code] in story_prompts(code, 1)[0]
+    assert STUDY.languages == STUDY_CODES and len(STUDY.languages) == 12
+    for code in STUDY.languages:  # story prompts name the language as the registry does
+        prompts = build_prompts(code, "story", STUDY.limit, STUDY.seed)
+        assert len(prompts) == 2 and all(f"Write a story in {get_language(code).name} about" in p.text for p in prompts)
+    assert "Kabyle" in build_prompts("ber", "story", 1)[0].text
 
 
 @pytest.mark.parametrize(("name", "parameters"), [("Qwen/Qwen3.5-9B", 8.95e9), ("Qwen/Qwen3.5-0.8B", 0.75e9)])
@@ -60,39 +60,52 @@ def test_dry_run_configs_keep_the_layer_pattern_and_heads(name):
     assert sum(rope["mrope_section"]) == int(small.head_dim * rope["partial_rotary_factor"]) // 2
 
 
-def test_dry_run_runs_every_configuration(tmp_path):
-    languages = ("amh", "zh")  # two scripts; every language's texts are checked above
-    recipe = replace(STUDY_RECIPE, languages=languages, prompts_per_language=1)
-    records = run_recipe(recipe, dry_run=True, out_dir=tmp_path, progress=False)
+def test_dry_run_runs_every_configuration_into_the_benchmarks_records(tmp_path, monkeypatch):
+    monkeypatch.setenv("POLYSPEC_HOME", str(tmp_path / "home"))
+    languages = ("amh", "zh")  # two scripts
+    config = replace(STUDY, languages=languages, limit=1)
+    path = run_bench(config, tmp_path / "out", resume=False, show_progress=False, dry_run=True)
+    records = read_records(path)
     configurations = {(r["language"], r["mode"], r["gamma"]) for r in records}
-    expected = {(code, mode, gamma) for code in languages for mode in recipe.modes for gamma in (0, *recipe.gammas)}
+    expected = {(code, mode, gamma) for code in languages for mode in config.modes for gamma in (0, *config.gammas)}
     assert configurations == expected and len(records) == len(expected)
     for record in records:
-        assert record["new_tokens"] == max(recipe.gammas) + 1 and record["verifier_calls"] >= 1
+        assert record["new_tokens"] == max(config.gammas) + 1 and record["verifier_calls"] >= 1
+        assert record["dry_run"] and record["dtype"] == "float32" and record["verifier"] == "Qwen/Qwen3.5-9B"
+        assert len(record_key(record)) == 7 and record["task"] == "story"
         if record["gamma"]:
             assert record["drafted"] >= 1 and record["drafter"] == "model:Qwen/Qwen3.5-0.8B"
-        if record["mode"] == "greedy" and record["gamma"]:
-            assert record["same_as_plain"], record
-    lines = (tmp_path / "study-dry-run.jsonl").read_text().splitlines()
-    assert [json.loads(line) for line in lines] == records
+        if record["mode"] == "greedy":
+            assert record["identical"], record
+    report = write_report([path], tmp_path / "report").read_text()
+    assert "model:Qwen/Qwen3.5-0.8B" in report and "## story, sample" in report
 
 
-def test_full_run_stops_early_when_the_hub_is_unreachable(tmp_path, monkeypatch):
-    monkeypatch.setattr(recipe_module, "hub_reachable", lambda: False)
-    monkeypatch.setattr(recipe_module, "_cached", lambda name: False)
+def test_recipe_and_dry_run_on_the_command_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("POLYSPEC_HOME", str(tmp_path / "home"))
+    out = tmp_path / "cli"
+    args = ["bench", "--recipe", "study", "--dry-run", "--languages", "yor", "--limit", "1", "--modes", "greedy"]
+    code, _, err = run_cli(monkeypatch, capsys, *args, "--gammas", "2", "--out", str(out))
+    assert code == 0, err
+    assert {r["gamma"] for r in read_records(out / "results.jsonl")} == {0, 2} and (out / "report.md").is_file()
+    for bad in (["--recipe", "study", "--dry-run", "--languages", "xx"], ["--recipe", "study", "--modes", "beam"]):
+        code, _, err = run_cli(monkeypatch, capsys, "bench", *bad, "--out", str(tmp_path / "bad"))
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("local_verifier", [False, True])
+def test_full_run_stops_before_loading_when_a_model_is_missing(tmp_path, monkeypatch, verifier_dir, local_verifier):
+    import polyspec.models
+
+    monkeypatch.setattr(polyspec.models, "hub_reachable", lambda: False)
 
     def must_not_load(*args, **kwargs):
-        raise AssertionError("loaded a model before checking that the weights are reachable")
+        raise AssertionError("loaded a model before checking that every model can be found")
 
-    monkeypatch.setattr(recipe_module.LoadedModel, "load", must_not_load)
+    monkeypatch.setattr(polyspec.models.LoadedModel, "load", must_not_load)
+    config = replace(STUDY, verifier=str(verifier_dir)) if local_verifier else STUDY
+    missing = "Qwen/Qwen3.5-0.8B" if local_verifier else "Qwen/Qwen3.5-9B"
     with pytest.raises(UserError, match="hub is unreachable") as error:
-        run_recipe(STUDY_RECIPE, dry_run=False, out_dir=tmp_path, progress=False)
-    assert "Qwen/Qwen3.5-9B" in str(error.value) and "\n" not in str(error.value)
-    assert not list(tmp_path.iterdir())
-
-
-def test_unknown_languages_and_modes_are_user_errors(tmp_path):
-    with pytest.raises(UserError, match="xx"):
-        run_recipe(replace(STUDY_RECIPE, languages=("xx",)), dry_run=True, out_dir=tmp_path, progress=False)
-    with pytest.raises(UserError, match="beam"):
-        run_recipe(replace(STUDY_RECIPE, modes=("beam",)), dry_run=True, out_dir=tmp_path, progress=False)
+        run_bench(config, tmp_path / "out", resume=False, show_progress=False)
+    assert missing in str(error.value) and "\n" not in str(error.value)
+    assert not (tmp_path / "out").exists()

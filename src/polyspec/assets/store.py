@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from polyspec.errors import UserError
+from polyspec.files import write_atomic
 
 FETCH_COMMAND = "polyspec assets fetch"
 MANIFEST = "polyspec-manifest.json"
@@ -173,22 +174,8 @@ def write_manifest(directory: Path, name: str, files: list[str], **extra) -> dic
         entries[relative] = {"sha256": sha256_file(path), "size": path.stat().st_size}
     manifest = {"asset": name, **extra, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     manifest["files"] = entries
-    write_text_atomic(directory / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    write_atomic(directory / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     return manifest
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; the file should not be
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 @contextlib.contextmanager

@@ -22,7 +22,9 @@ def parse_files(values: list[str] | None) -> dict[str, Path]:
 
 
 def bench(
-    preset: Annotated[str, typer.Option(help="quick (a few minutes) or full (the study's languages).")] = "quick",
+    preset: Annotated[
+        str, typer.Option(help="quick (a few minutes), full (the study's languages) or study (its Qwen3.5 setup, GPU).")
+    ] = "quick",
     languages: Annotated[str | None, typer.Option(help="Comma-separated codes, e.g. amh,npi,zh.")] = None,
     tasks: Annotated[str | None, typer.Option(help="translation,story,continuation")] = None,
     drafters: Annotated[
@@ -41,19 +43,18 @@ def bench(
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/bench"),
     resume: Annotated[bool, typer.Option(help="Continue the results in --out.")] = False,
     shard: Annotated[str | None, typer.Option(help="I/N: run the I-th of N slices of the grid.")] = None,
-    recipe: Annotated[str | None, typer.Option(help="study: the study's full-scale Qwen3.5 setup (GPU).")] = None,
-    dry_run: Annotated[bool, typer.Option(help="With --recipe: tiny random models, one step per config.")] = False,
+    recipe: Annotated[str | None, typer.Option(help="study: the preset of the study's full-scale setup.")] = None,
+    dry_run: Annotated[bool, typer.Option(help="The preset's models shrunk and random, one draft per run.")] = False,
     report: Annotated[bool, typer.Option(help="Write the report when done.")] = True,
 ) -> None:
     """Benchmark drafters across languages and tasks; results go to OUT/results.jsonl."""
-    from polyspec.bench.grid import parse_list, parse_shard
+    from polyspec.bench.grid import RECIPES, parse_list, parse_shard
     from polyspec.bench.grid import preset as make_preset
 
     if recipe is not None:
-        run_recipe_command(recipe, dry_run, out)
-        return
-    if dry_run:
-        raise UserError("--dry-run goes with --recipe")
+        if recipe not in RECIPES:
+            raise UserError(f"unknown recipe {recipe!r}: use {', '.join(RECIPES)}")
+        preset = recipe
     config = make_preset(
         preset,
         languages=parse_list(languages),
@@ -79,7 +80,7 @@ def bench(
     from polyspec.bench.runner import run_bench
 
     try:
-        results = run_bench(config, out, resume)
+        results = run_bench(config, out, resume, dry_run=dry_run)
     except KeyboardInterrupt:
         # Every finished record is already on disk, whole: say how to go on, exit as Ctrl-C does.
         typer.echo(
@@ -92,16 +93,6 @@ def bench(
 
         path = write_report([results], out)
         typer.echo(f"report: {path}", err=True)
-
-
-def run_recipe_command(name: str, dry_run: bool, out: Path) -> None:
-    from polyspec.bench.recipe import STUDY_RECIPE, run_recipe
-
-    recipes = {"study": STUDY_RECIPE}
-    if name not in recipes:
-        raise UserError(f"unknown recipe {name!r}: use {', '.join(recipes)}")
-    records = run_recipe(recipes[name], dry_run=dry_run, out_dir=out)
-    typer.echo(f"{len(records)} runs: {out}", err=True)
 
 
 def report_command(

@@ -10,7 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from polyspec.assets.languages import STUDY_CODES
+from polyspec.distill.store import BENCH_NAMES
 from polyspec.errors import UserError
+from polyspec.specs import DEFAULT_VERIFIER, parse_drafter
 
 DEFAULT_DRAFTERS = ("none", "ngram-bigram", "ngram", "ngram+context", "prompt-lookup", "hf-prompt-lookup")
 MODES = ("greedy", "sample")
@@ -26,7 +29,7 @@ class BenchConfig:
     limit: int = 2
     max_new_tokens: int = 48
     seed: int = 0
-    verifier: str = "gemma3-270m"
+    verifier: str = DEFAULT_VERIFIER
     dtype: str = "auto"
     device: str = "cpu"
     shard: tuple[int, int] = (1, 1)
@@ -37,6 +40,9 @@ class BenchConfig:
     def __post_init__(self) -> None:
         if not self.languages:
             raise UserError("no languages to benchmark")
+        for name in self.drafters:
+            if name not in DEFAULT_DRAFTERS and name not in BENCH_NAMES:
+                parse_drafter(name)  # the user's own drafter spec: checked before anything loads
         for gamma in self.gammas:
             if gamma < 1:
                 raise UserError(f"gammas must be >= 1, got {gamma}")
@@ -62,7 +68,21 @@ PRESETS = {
         modes=("greedy", "sample"),
         limit=1,
     ),
+    # The study's full-scale run (a GPU): Qwen3.5-9B verified, Qwen3.5-0.8B drafting, gamma 2-5,
+    # greedy and the study's sampling, two story prompts in each of the 12 languages.
+    "study": BenchConfig(
+        languages=STUDY_CODES,
+        tasks=("story",),
+        drafters=("none", "model:Qwen/Qwen3.5-0.8B"),
+        gammas=(2, 3, 4, 5),
+        modes=("greedy", "sample"),
+        max_new_tokens=128,
+        verifier="Qwen/Qwen3.5-9B",
+        dtype="bfloat16",
+        device="auto",
+    ),
 }
+RECIPES = ("study",)  # presets that bring their own models: `--recipe NAME`, also as a `--dry-run`
 
 
 def preset(name: str, **overrides) -> BenchConfig:

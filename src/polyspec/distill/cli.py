@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
 
 
 def verifier_or_default(verifier: str) -> str:
-    from polyspec.cli import DEFAULT_VERIFIER
+    from polyspec.specs import DEFAULT_VERIFIER
 
     return verifier or DEFAULT_VERIFIER
 
@@ -104,6 +104,7 @@ def train(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Distil the verifier into a drafter (runs as is, or under `accelerate launch`)."""
+    from polyspec.distill.checkpoint import is_drafter_dir
     from polyspec.distill.data import DataOptions
     from polyspec.distill.store import DATA_KINDS, drafter_dir
     from polyspec.distill.store import cache_dir as default_cache
@@ -116,7 +117,7 @@ def train(
         if path is not None and not path.is_file():
             raise UserError(f"file {str(path)!r} does not exist")
     drafter = drafter or drafter_dir(language, "baseline")
-    if not (drafter / "polyspec-drafter.json").is_file():
+    if not is_drafter_dir(drafter):
         raise UserError(
             f"no drafter in {str(drafter)!r}: build one first with `polyspec distill init --language {language} "
             "--vocab-top 8192` (or give --drafter DIR)"
@@ -177,6 +178,6 @@ def train(
 @distill_app.command()
 def info(drafter: Annotated[Path, typer.Argument(help="Drafter directory.")]) -> None:
     """Print what a drafter was built from and trained on (JSON)."""
-    from polyspec.distill.checkpoint import read_meta
+    from polyspec.drafters.distilled import read_meta
 
     print(json.dumps(read_meta(drafter).to_dict(), indent=2, ensure_ascii=False))

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 import torch
 
 from polyspec.errors import UserError
+from polyspec.files import atomic_path
 
 DATA_KINDS = ("translation", "monolingual")
 FORMAT = 1
@@ -360,10 +360,8 @@ def save(data: TeacherData, path: Path, meta: dict) -> None:
     if data.target_ids is not None:
         tensors["target_ids"] = torch.cat(data.target_ids).contiguous()
         tensors["target_logprobs"] = torch.cat(data.target_logprobs).float().contiguous()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    save_file(tensors, str(tmp), metadata={"polyspec": json.dumps(meta)})
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata={"polyspec": json.dumps(meta)})
 
 
 def load(path: Path) -> TeacherData:

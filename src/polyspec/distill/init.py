@@ -9,9 +9,11 @@ from pathlib import Path
 
 import torch
 
-from polyspec.distill.build import attach_reduced_head, truncated_model, verifier_layers
-from polyspec.distill.checkpoint import DrafterMeta, save_drafter, vocab_fingerprint
+from polyspec.distill.build import truncated_model, verifier_layers
+from polyspec.distill.checkpoint import save_drafter
 from polyspec.distill.vocab import top_tokens
+from polyspec.drafters.distilled import DrafterMeta
+from polyspec.drafters.reduced_head import attach_reduced_head
 from polyspec.errors import UserError
 
 
@@ -43,7 +45,9 @@ def init_drafter(
     sources: Sequence[VocabSource] = (),
     dtype: torch.dtype = torch.float32,
 ) -> tuple[Path, DrafterMeta]:
-    from polyspec.models import load_tokenizer
+    """`verifier` is a name as the command line takes it (an embedded asset, a path, a hub id)."""
+    from polyspec.specs import load_tokenizer, model_path
+    from polyspec.vocabulary import fingerprint
 
     if vocab_top < 0:
         raise UserError(f"--vocab-top must be >= 0, got {vocab_top}")
@@ -51,8 +55,9 @@ def init_drafter(
         raise UserError("--vocab-top needs corpora to count tokens in: --vocab-corpus FILE or --vocab-language CODE")
     if sources and not vocab_top:
         raise UserError("vocabulary corpora given without --vocab-top")
+    path = model_path(verifier)
     tokenizer = load_tokenizer(verifier)
-    model = truncated_model(verifier, layers, dtype)
+    model = truncated_model(path, layers, dtype)
     vocab = model.get_output_embeddings().weight.shape[0]
     kept = None
     if vocab_top:
@@ -61,9 +66,9 @@ def init_drafter(
     meta = DrafterMeta(
         verifier=verifier,
         layers=layers,
-        verifier_layers=verifier_layers(verifier),
+        verifier_layers=verifier_layers(path),
         vocab_size=vocab,
-        vocab_sha256=vocab_fingerprint(tokenizer),
+        vocab_sha256=fingerprint(tokenizer).vocab_sha256,
         kept=len(kept) if kept is not None else None,
         vocab_sources=[source.label for source in sources],
     )

@@ -22,7 +22,6 @@ COMMANDS = {
     "task": "polyspec distill train --language {code} --data translation",
     "general": "polyspec distill train --language {code} --data monolingual",
 }
-META = "polyspec-drafter.json"  # as in polyspec.distill.checkpoint, without importing torch
 
 
 def distill_home() -> Path:
@@ -39,15 +38,17 @@ def cache_dir() -> Path:
     return distill_home() / "cache"
 
 
-def bench_spec(name: str, language) -> str:
-    """'distill:PATH' for a bench drafter name, or a UserError that names the missing command."""
+def bench_drafter_dir(name: str, language) -> Path:
+    """The directory of a bench drafter name's drafter, or a UserError naming the missing command."""
+    from polyspec.distill.checkpoint import is_drafter_dir
+
     kind = BENCH_NAMES.get(name)
     if kind is None:
         raise UserError(f"unknown drafter {name!r}: distilled drafters are {', '.join(BENCH_NAMES)} or distill:PATH")
     path = drafter_dir(language.code, kind)
-    if not (path / META).is_file():
+    if not is_drafter_dir(path):
         steps = [COMMANDS[kind].format(code=language.code)]
-        if kind != "baseline" and not (drafter_dir(language.code, "baseline") / META).is_file():
+        if kind != "baseline" and not is_drafter_dir(drafter_dir(language.code, "baseline")):
             steps.insert(0, COMMANDS["baseline"].format(code=language.code))
         raise UserError(f"no {name} drafter for {language.code!r} in {path}: run `{'` then `'.join(steps)}`")
-    return f"distill:{path}"
+    return path

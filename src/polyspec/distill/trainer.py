@@ -25,9 +25,11 @@ import torch
 from torch import nn
 
 from polyspec.distill import data as teacher
-from polyspec.distill.build import column_ids, decoder_body, output_logits, reduced_head
+from polyspec.distill.build import column_ids, decoder_body, output_logits
 from polyspec.distill.losses import LOSSES, Target, distill_loss, top1_agreement
+from polyspec.drafters.reduced_head import reduced_head
 from polyspec.errors import UserError
+from polyspec.files import write_atomic
 
 MIXED_PRECISION = ("auto", "no", "bf16", "fp16")
 # Options that change neither the batches nor the updates: a run may resume with others.
@@ -183,8 +185,9 @@ class Trainer:
         from accelerate import Accelerator
         from accelerate.utils import set_seed
 
-        from polyspec.distill.checkpoint import check_verifier, load_drafter, read_meta
-        from polyspec.models import LoadedModel, resolve_device
+        from polyspec.drafters.distilled import check_verifier, load_drafter, read_meta
+        from polyspec.models import resolve_device
+        from polyspec.specs import load_model
 
         self.config = config
         self.show_progress = show_progress
@@ -195,9 +198,9 @@ class Trainer:
         set_seed(config.seed)
         device = self.accelerator.device
         self.meta = read_meta(config.drafter)
-        self.verifier = LoadedModel.load(config.verifier, dtype=config.teacher_dtype, device=str(device))
+        self.verifier = load_model(config.verifier, dtype=config.teacher_dtype, device=str(device))
         check_verifier(self.meta, self.verifier, config.drafter)
-        self.drafter = load_drafter(Path(config.drafter), torch.float32, str(device)).model
+        self.drafter = load_drafter(config.drafter, torch.float32, str(device))
         tokenizer = self.verifier.tokenizer
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.columns = column_ids(self.drafter)
@@ -397,7 +400,7 @@ class Trainer:
             final = root / name
             shutil.rmtree(final, ignore_errors=True)
             tmp.rename(final)
-            _write_json(root / "latest.json", {"step": step, "checkpoint": name})
+            write_atomic(root / "latest.json", json.dumps({"step": step, "checkpoint": name}))
             for old in sorted(root.glob("step-*"))[: -self.config.keep]:
                 shutil.rmtree(old, ignore_errors=True)
         acc.wait_for_everyone()
@@ -466,12 +469,6 @@ class Trainer:
 
 def _mean(records: list[dict], key: str) -> float:
     return sum(r[key] for r in records) / len(records) if records else math.nan
-
-
-def _write_json(path: Path, value: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(value), encoding="utf-8")
-    tmp.replace(path)
 
 
 def train(
