@@ -1,1 +1,2 @@
-"""The cross-lingual benchmark: tasks and prompts, runs, metrics and reports."""
+"""The cross-lingual benchmark: the grid and its presets, runs, metrics and reports (the tasks and
+prompts are `polyspec.tasks`)."""
