@@ -1,8 +1,10 @@
-"""`polyspec ngram train | top | stats | merge`: corpus formats, counts, JSON contracts, errors."""
+"""`polyspec ngram train | top | stats | verify | convert | merge`: corpus formats, counts, JSON
+contracts, errors."""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import subprocess
 import sys
@@ -179,7 +181,7 @@ def test_top_backs_off_and_reports_the_order(monkeypatch, capsys, bigram_model):
     assert json.loads(out) == {"candidates": []}
 
 
-def test_stats_json(monkeypatch, capsys, bigram_model):
+def test_stats_json(monkeypatch, capsys, bigram_model, tokenizer_dir):
     code, out, _ = run_cli(monkeypatch, capsys, "ngram", "stats", str(bigram_model), "--json")
     assert code == 0
     info = json.loads(out)
@@ -189,6 +191,28 @@ def test_stats_json(monkeypatch, capsys, bigram_model):
     assert info["ngrams_per_order"] == {"1": 5, "2": sum(1 for g in counts if len(g) == 2)}
     assert info["tokens"] == sum(len(ids(line)) for line in LINES)
     assert info["file_size"] == bigram_model.stat().st_size
+    (source,) = info["metadata"]["corpus"]
+    corpus = Path(source["file"])
+    assert source["sha256"] == hashlib.sha256(corpus.read_bytes()).hexdigest()
+    assert info["metadata"]["tokenizer"] == str(tokenizer_dir)
+    code, out, _ = run_cli(monkeypatch, capsys, "ngram", "stats", str(bigram_model))
+    assert code == 0 and f"corpus {corpus} ({corpus.stat().st_size:,} bytes, sha256 {source['sha256']})" in out
+
+
+def test_verify_and_convert(monkeypatch, capsys, tmp_path, bigram_model):
+    from test_ngram_storage import write_version1
+
+    code, out, _ = run_cli(monkeypatch, capsys, "ngram", "verify", str(bigram_model))
+    assert code == 0 and "ok" in out and load(bigram_model).data_sha256 in out
+    old, new = tmp_path / "old.ngram", tmp_path / "new.ngram"
+    write_version1(load(bigram_model).to_trie(), load(bigram_model).fingerprint, old)
+    code, _, err = run_cli(monkeypatch, capsys, "ngram", "stats", str(old))
+    assert code == 2 and f"polyspec ngram convert {old} --out" in err
+    code, out, err = run_cli(monkeypatch, capsys, "ngram", "convert", str(old), "--out", str(new))
+    assert code == 0, err
+    assert load(new).to_trie().to_dict() == load(bigram_model).to_trie().to_dict()
+    code, _, err = run_cli(monkeypatch, capsys, "ngram", "convert", str(bigram_model), "--out", str(new))
+    assert code == 2 and "format version 1" in err
 
 
 def test_generate_with_the_ngram_drafter(monkeypatch, capsys, verifier, verifier_dir, bigram_model):
@@ -220,8 +244,12 @@ def assert_user_error(result: subprocess.CompletedProcess, fragment: str) -> Non
 def test_errors_are_one_line_with_exit_code_2(tmp_path, tokenizer_dir, bigram_model):
     damaged = tmp_path / "damaged.ngram"
     data = bigram_model.read_bytes()
-    damaged.write_bytes(data[:-40] + bytes([data[-40] ^ 1]) + data[-39:])
-    assert_user_error(polyspec("ngram", "stats", str(damaged)), "checksum")
+    damaged.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # the last byte of the data
+    assert_user_error(polyspec("ngram", "verify", str(damaged)), "data checksum mismatch")
+    header = data.replace(b'"order":"2"', b'"order":"3"')
+    assert header != data
+    damaged.write_bytes(header)
+    assert_user_error(polyspec("ngram", "stats", str(damaged)), "header checksum mismatch")
     assert_user_error(polyspec("ngram", "top", "--model", str(bigram_model), "--context-ids", "1,x"), "context ids")
     assert_user_error(
         polyspec("ngram", "train", "--tokenizer", str(tokenizer_dir), "--corpus", str(tmp_path / "missing.txt"),

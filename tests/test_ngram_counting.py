@@ -107,3 +107,71 @@ def test_packed_and_argsort_paths_agree():
 def test_token_outside_vocabulary_is_rejected():
     with pytest.raises(ValueError):
         count_chunk(np.array([1, 7], dtype=np.uint32), np.array([2]), 2, 5)
+
+
+# Training from objects: a tokenizer object and an iterable of strings.
+
+WORD_DOCUMENTS = ["w1 w2 w3 w4", "", "w1 w2 w3 w5", "w1 w2 w5", "w2 w3 w4 w4 w4", "w7"]
+
+
+def word_ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_train_from_strings_equals_brute_force(tmp_path, tokenizer, monkeypatch):
+    from polyspec.ngram import load
+    from polyspec.ngram.train import train
+
+    monkeypatch.setattr("polyspec.ngram.train.BATCH_DOCUMENTS", 2)  # several batches, one all empty
+    documents = WORD_DOCUMENTS + ["", ""] + WORD_DOCUMENTS
+    out = tmp_path / "m.ngram"
+    report = train(tokenizer, iter(documents), 3, out, show_progress=False, chunk_tokens=7, metadata={"run": "x"})
+    expected = brute_force([word_ids(tokenizer, d) for d in documents], 3)
+    model = load(out)
+    assert model.stored.to_trie().to_dict() == dict(expected)
+    assert report.documents == model.stored.documents == sum(1 for d in documents if d)
+    assert report.tokens == sum(len(word_ids(tokenizer, d)) for d in documents)
+    assert model.metadata == report.metadata and model.metadata["run"] == "x"
+
+
+def test_text_hash_fingerprints_the_documents(tmp_path, tokenizer):
+    from polyspec.ngram.train import train
+
+    def text_hash(documents) -> str:
+        return train(tokenizer, documents, order=2, out=tmp_path / "m.ngram", show_progress=False).metadata[
+            "text_sha256"
+        ]
+
+    same = text_hash(WORD_DOCUMENTS)
+    assert text_hash(list(WORD_DOCUMENTS)) == same
+    assert text_hash(WORD_DOCUMENTS[:-1]) != same
+    assert text_hash(["w1 w2", "w3"]) != text_hash(["w1", "w2 w3"])
+
+
+def test_train_wants_objects(tmp_path, tokenizer):
+    from polyspec.ngram.train import train
+
+    with pytest.raises(TypeError, match="tokenizer object"):
+        train("gemma3-270m", WORD_DOCUMENTS, 2, tmp_path / "m.ngram", show_progress=False)
+    with pytest.raises(TypeError, match="not one string"):
+        train(tokenizer, "w1 w2 w3", 2, tmp_path / "m.ngram", show_progress=False)
+    with pytest.raises(TypeError, match="train_files"):
+        train(tokenizer, [tmp_path / "corpus.txt"], 2, tmp_path / "m.ngram", show_progress=False)
+    assert not (tmp_path / "m.ngram").exists()
+
+
+def test_train_files_records_the_corpus(tmp_path, tokenizer):
+    import hashlib
+
+    from polyspec.ngram import load
+    from polyspec.ngram.train import train_files
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(WORD_DOCUMENTS) + "\n")
+    out = tmp_path / "m.ngram"
+    train_files(tokenizer, [corpus], 2, out, show_progress=False, metadata={"tokenizer": "words"})
+    metadata = load(out).metadata
+    assert metadata["corpus"] == [
+        {"file": str(corpus), "bytes": corpus.stat().st_size, "sha256": hashlib.sha256(corpus.read_bytes()).hexdigest()}
+    ]
+    assert metadata["tokenizer"] == "words" and metadata["record_format"] == {"text_field": "text", "column": "0"}

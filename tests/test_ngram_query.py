@@ -7,10 +7,12 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
+from polyspec.errors import UserError
+from polyspec.ngram import load
 from polyspec.ngram.counting import count_chunk
 from polyspec.ngram.query import NGramModel
-from polyspec.ngram.storage import load, save
-from polyspec.ngram.tokenize import Fingerprint
+from polyspec.ngram.storage import save
+from polyspec.vocabulary import Fingerprint
 
 DOCUMENTS = [[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 5], [2, 3, 4], [6], [7, 6]]
 
@@ -20,7 +22,7 @@ def build(tmp_path, documents, order, vocab=10) -> NGramModel:
     lengths = np.array([len(d) for d in documents])
     path = tmp_path / f"o{order}.ngram"
     save(count_chunk(tokens, lengths, order, vocab), Fingerprint(vocab, "0" * 64), path)
-    return NGramModel(load(path))
+    return load(path)
 
 
 def summary(candidates):
@@ -147,8 +149,8 @@ def test_greedy_draft_follows_the_best_continuations(tmp_path, backoff):
 
 
 def test_missing_suffix_is_reported_as_corruption(tmp_path):
-    """A file whose checksum is fine but whose 3-token context (1, 2, 3) lacks the suffix (2, 3)."""
-    from polyspec.errors import UserError
+    """A file with a valid header whose 3-token context (1, 2, 3) lacks the suffix (2, 3): found
+    when drafting first needs that suffix link."""
     from polyspec.ngram.trie import Level, Trie
 
     def level(parents, tokens):
@@ -157,7 +159,54 @@ def test_missing_suffix_is_reported_as_corruption(tmp_path):
     levels = [level([0, 0, 0, 0], [1, 2, 3, 4]), level([0], [2]), level([0], [3]), level([0], [4])]
     path = tmp_path / "broken.ngram"
     save(Trie(vocab_size=5, levels=levels), Fingerprint(5, "0" * 64), path)
-    model = NGramModel(load(path))
+    model = load(path)
     assert model.top([1, 2, 3], 1)[0].token_id == 4  # inspection needs no suffix links
+    state = model.state([1, 2, 3])
     with pytest.raises(UserError, match="suffix is missing"):
-        model.prepare()
+        model.greedy_draft(*state, 2, True, 0.0, 5)
+
+
+def brute_force_best(documents, context):
+    following = Counter(d[i + len(context)] for d in documents for i in range(len(d) - len(context))
+                        if d[i : i + len(context)] == list(context))  # fmt: skip
+    if not following:
+        return -1, 0.0
+    token = min(following, key=lambda t: (-following[t], t))
+    return token, following[token] / sum(following.values())
+
+
+def test_drafting_tables_are_filled_only_where_drafting_goes(tmp_path):
+    """prepare() computes nothing; each node's best continuation is computed when first asked
+    for, equal to brute force, and kept (a second ask finds it in the table)."""
+    rng = np.random.default_rng(7)
+    documents = [rng.integers(0, 6, size=rng.integers(1, 30)).tolist() for _ in range(60)]
+    documents.append([7] * 30)  # 7 is followed only by itself
+    model = build(tmp_path, documents, 3, vocab=9)
+    model.prepare()
+    assert all(not any(table) for table in model._best)
+    contexts = [[a] for a in range(9)] + [[a, b] for a in range(9) for b in range(9)] + [[]]
+    for context in contexts:
+        found = model._find(context, 0, len(context)) if context else 0
+        if found < 0:
+            continue
+        depth = len(context)
+        token, prob = model.best(depth, found)
+        assert model._best[depth][found] == token + 2  # kept
+        expected_token, expected_prob = brute_force_best(documents, context)
+        assert token == expected_token and prob == expected_prob
+
+
+def test_first_maximum_wins_in_long_runs(tmp_path):
+    """More than 64 continuations (the numpy path): ties still go to the smallest token id."""
+    documents = [[0, t] for t in range(1, 200)] + [[0, 150], [0, 120]]
+    model = build(tmp_path, documents, 2, vocab=200)
+    assert model.best(1, model.state([0])[1]) == (120, pytest.approx(2 / 201))
+    model = build(tmp_path, documents[:-2] + [[0, 150], [0, 150]], 2, vocab=200)
+    assert model.best(1, model.state([0])[1]) == (150, pytest.approx(3 / 201))
+
+
+def test_model_on_the_mapped_file(tmp_path):
+    model = build(tmp_path, DOCUMENTS, 3)
+    assert model.fingerprint == Fingerprint(10, "0" * 64) and model.metadata == {}
+    assert isinstance(model, NGramModel)
+    assert all(not array.flags.owndata for array in model.stored.tokens)

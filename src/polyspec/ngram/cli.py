@@ -1,4 +1,4 @@
-"""`polyspec ngram`: train, inspect and merge n-gram models."""
+"""`polyspec ngram`: train, inspect, verify, convert and merge n-gram models."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from polyspec.errors import UserError
 
 ngram_app = typer.Typer(
     name="ngram",
-    help="Train, inspect and merge n-gram drafter models.",
+    help="Train, inspect, verify, convert and merge n-gram drafter models.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -60,17 +60,22 @@ def train(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
 ) -> None:
     """Count n-grams of a corpus in a tokenizer's tokens (each line or record is one document)."""
-    from polyspec.ngram.corpus import RecordFormat
-    from polyspec.ngram.train import train as run_training
+    from polyspec.ngram.corpus import RecordFormat, corpus_files
+    from polyspec.ngram.train import check_order, check_output, train_files
+    from polyspec.specs import load_tokenizer
 
-    report = run_training(
-        tokenizer,
-        [*corpus, *(more_corpus or [])],
+    check_order(order)
+    check_output(out)
+    files = corpus_files([*corpus, *(more_corpus or [])])
+    report = train_files(
+        load_tokenizer(tokenizer),  # imports torch: only once the arguments are known good
+        files,
         order,
         out,
         min_count=min_count,
         record_format=RecordFormat(text_field=text_field, column=column),
         show_progress=progress,
+        metadata={"tokenizer": tokenizer},
     )
     if as_json:
         print(json.dumps(report.to_dict()))
@@ -93,14 +98,13 @@ def top(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """The most probable next tokens after a context."""
-    from polyspec.ngram.query import NGramModel
-    from polyspec.ngram.storage import load
+    from polyspec.ngram import load
 
     use_backoff = parse_backoff(backoff)
     if k < 1:
         raise UserError(f"k must be >= 1, got {k}")
     ids = parse_ids(context_ids)
-    candidates = NGramModel(load(model)).top(ids, k, backoff=use_backoff)
+    candidates = load(model).top(ids, k, backoff=use_backoff)
     if as_json:
         print(json.dumps({"candidates": [c.to_dict() for c in candidates]}))
         return
@@ -123,6 +127,8 @@ def stats_dict(stored) -> dict:
         "min_count": stored.min_count,
         "file_size": stored.file_size,
         "bytes_per_ngram": stored.file_size / max(1, sum(ngrams)),
+        "data_sha256": stored.data_sha256,
+        "metadata": stored.metadata,
     }
 
 
@@ -131,7 +137,7 @@ def stats(
     model: Annotated[Path, typer.Argument(help="N-gram model file.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """What a model file holds."""
+    """What a model file holds and where its counts come from."""
     from polyspec.ngram.storage import load
 
     info = stats_dict(load(model))
@@ -143,6 +149,33 @@ def stats(
     for n, count in info["ngrams_per_order"].items():
         print(f"{n}-grams: {count:,}")
     print(f"file size {info['file_size']:,} bytes ({info['bytes_per_ngram']:.2f} bytes per n-gram)")
+    metadata = dict(info["metadata"])
+    for source in metadata.pop("corpus", []):
+        print(f"corpus {source['file']} ({source['bytes']:,} bytes, sha256 {source['sha256']})")
+    for key, value in sorted(metadata.items()):
+        print(f"{key}: {json.dumps(value) if isinstance(value, dict | list) else value}")
+
+
+@ngram_app.command()
+def verify(model: Annotated[Path, typer.Argument(help="N-gram model file.")]) -> None:
+    """Read the whole file against the hash of its data written with it (loading checks only the header)."""
+    from polyspec.ngram.storage import verify as check
+
+    stored = check(model)
+    print(f"{model}: ok ({stored.file_size:,} bytes, data sha256 {stored.data_sha256})")
+
+
+@ngram_app.command()
+def convert(
+    old: Annotated[Path, typer.Argument(help="Model file of format version 1.")],
+    out: Annotated[Path, typer.Option(help="Model file to write in the current format.")],
+) -> None:
+    """Rewrite a model file of an older format in the current one (same counts)."""
+    from polyspec.ngram.storage import convert as rewrite
+    from polyspec.ngram.train import check_output
+
+    check_output(out)
+    print(f"wrote {out} ({rewrite(old, out).file_size:,} bytes)")
 
 
 @ngram_app.command()

@@ -23,7 +23,8 @@ def check_compatible(first: StoredModel, other: StoredModel) -> None:
 
 
 def merge_files(paths: list[Path], out: Path) -> StoredModel:
-    """Adds the counts of every file and writes them to `out`; returns the merged model."""
+    """Adds the counts of every file and writes them to `out`, whose metadata lists each source
+    (file, data hash, metadata); returns the merged model."""
     if len(paths) < 2:
         raise UserError("merge needs at least two model files")
     out = Path(out)
@@ -34,5 +35,6 @@ def merge_files(paths: list[Path], out: Path) -> StoredModel:
     total = models[0].to_trie()
     for other in models[1:]:
         total = merge(total, other.to_trie())
-    save(total, models[0].fingerprint, out)
+    sources = [{"file": str(m.path), "data_sha256": m.data_sha256, "metadata": m.metadata} for m in models]
+    save(total, models[0].fingerprint, out, {"merged_from": sources})
     return load(out)

@@ -11,14 +11,15 @@ Drafting token after token reuses work: a *state* is the longest suffix of the t
 node, and appending a token moves it like an Aho-Corasick automaton, through the new token's
 child or else through the suffix link (the node of the context minus its first token). Each
 drafted token then costs about one binary search whatever the order. The most probable
-continuation of every context and the suffix links are computed once at load time; the hot
-path reads memoryviews, whose items are plain Python ints and floats (numpy scalars would cost
-more than the search itself).
+continuation of a context and its suffix link are computed the first time drafting reaches it
+and kept in zero-initialised tables, so opening a model costs nothing per n-gram. The hot path
+reads memoryviews (over the memory-mapped file), whose items are plain Python ints and floats
+(numpy scalars would cost more than the search itself).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,7 +27,6 @@ import numpy as np
 
 from polyspec.errors import UserError
 from polyspec.ngram.storage import StoredModel
-from polyspec.ngram.trie import parents_from_starts
 
 ROOT = (0, 0)  # the empty context: depth 0, node 0
 
@@ -42,62 +42,14 @@ class Candidate:
         return {"token_id": self.token_id, "prob": self.prob, "count": self.count, "order": self.order}
 
 
-def best_continuations(starts: np.ndarray, tokens: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per context node: its most frequent continuation (ties: the smallest token id; -1 when it
-    has none) and that continuation's probability."""
-    num_nodes = len(starts) - 1
-    best_token = np.full(num_nodes, -1, dtype=np.int32)
-    best_prob = np.zeros(num_nodes, dtype=np.float64)  # exact against a min_prob threshold
-    sizes = np.diff(starts.astype(np.int64))
-    has = np.flatnonzero(sizes > 0)
-    if len(has) == 0:
-        return best_token, best_prob
-    counts = counts.astype(np.int64)
-    segment_starts = starts[:-1][has].astype(np.int64)
-    # Nodes without continuations are skipped, so consecutive segment starts bound each segment.
-    segment_max = np.maximum.reduceat(counts, segment_starts)
-    segment_total = np.add.reduceat(counts, segment_starts)
-    segment_of = np.repeat(np.arange(len(has)), sizes[has])
-    maxima = np.flatnonzero(counts == segment_max[segment_of])
-    first = np.ones(len(maxima), dtype=bool)
-    first[1:] = segment_of[maxima[1:]] != segment_of[maxima[:-1]]
-    best_token[has] = tokens[maxima[first]]
-    best_prob[has] = segment_max / segment_total
-    return best_token, best_prob
-
-
-def suffix_links(stored: StoredModel, root_index: np.ndarray) -> list[np.ndarray]:
-    """links[d][x]: the depth d - 1 node of context x (depth d) without its first token, for
-    d = 1..order - 1 (depth 1 links to the root). The suffix of a stored n-gram is stored too,
-    so every link exists; a miss means the file's levels disagree."""
-    vocab = np.int64(stored.fingerprint.vocab_size)
-    links = [np.zeros(0, np.uint32)]
-    if stored.order >= 2:
-        links.append(np.zeros(len(stored.tokens[0]), np.uint32))
-    for depth in range(2, stored.order):
-        tokens = stored.tokens[depth - 1].astype(np.int64)  # last token of each depth-d node
-        if depth == 2:
-            link = root_index[tokens]
-            found = link >= 0
-        else:
-            # suffix(x) = child(suffix(parent(x)), last token of x), searched as sorted keys.
-            parent_link = np.repeat(
-                links[depth - 1].astype(np.int64), np.diff(stored.starts[depth - 2].astype(np.int64))
-            )
-            above = stored.tokens[depth - 2].astype(np.int64)
-            keys = parents_from_starts(stored.starts[depth - 3]) * vocab + above
-            wanted = parent_link * vocab + tokens
-            link = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
-            found = keys[link] == wanted if len(keys) else np.zeros(len(wanted), dtype=bool)
-        if not found.all():
-            raise UserError(f"n-gram model {str(stored.path)!r} is corrupt (a context's suffix is missing)")
-        links.append(link.astype(np.uint32 if len(link) < 2**32 else np.int64))
-    return links
-
-
 class NGramModel:
+    """A model file's counts, ready for queries; `fingerprint` names the tokenizer they count
+    tokens of and `metadata` where they come from."""
+
     def __init__(self, stored: StoredModel) -> None:
         self.stored = stored
+        self.fingerprint = stored.fingerprint
+        self.metadata = stored.metadata
         self.order = stored.order
         self.vocab_size = stored.fingerprint.vocab_size
         self.max_context = stored.order - 1
@@ -105,49 +57,78 @@ class NGramModel:
         # gives the continuations of depth-d nodes in depth d + 1.
         self._tokens: list[np.ndarray] = [np.zeros(0, np.uint32), *stored.tokens]
         self._counts: list[np.ndarray] = [np.zeros(0, np.uint32), *stored.counts]
-        root_starts = np.array([0, len(stored.tokens[0])], dtype=np.int64)
-        self._starts: list[np.ndarray] = [root_starts, *stored.starts]
+        self._starts: list[np.ndarray] = [np.array([0, len(stored.tokens[0])], dtype=np.int64), *stored.starts]
         root_index = np.full(self.vocab_size, -1, dtype=np.int64)
         root_index[stored.tokens[0]] = np.arange(len(stored.tokens[0]))
-        self._root_array = root_index
-        # Memoryviews for the per-token Python path.
+        # Memoryviews for the per-token Python path (on the mapped file: no copy).
         self._root_index = memoryview(root_index)
         self._token_view = [memoryview(np.ascontiguousarray(t)) for t in self._tokens]
+        self._count_view = [memoryview(np.ascontiguousarray(c)) for c in self._counts]
         self._starts_view = [memoryview(np.ascontiguousarray(s)) for s in self._starts]
-        # Drafting tables, built by `state` on first use: inspecting a large model needs none.
-        self._best_token: list[memoryview] = []
-        self._best_prob: list[memoryview] = []
+        # Drafting tables by depth, allocated by `prepare` and filled a node at a time:
+        # _best[d][x] is 0 until known, then 1 (no continuation) or the best token + 2, with its
+        # probability in _prob[d][x]; _links[d][x] is 0 until known, then the suffix link + 1.
+        self._best: list[memoryview] = []
+        self._prob: list[memoryview] = []
         self._links: list[memoryview] = []
 
     def prepare(self) -> None:
-        """Build what drafting needs (best continuations, suffix links); idempotent."""
-        if self._best_token:
+        """Allocate the drafting tables; idempotent. Zeroed memory costs nothing until written,
+        so this takes the same time at any model size, and only the nodes drafting reaches are
+        ever computed."""
+        if self._best:
             return
-        tables = [
-            best_continuations(self._starts[d], self._tokens[d + 1], self._counts[d + 1]) for d in range(self.order)
-        ]
-        self._links = [memoryview(link) for link in suffix_links(self.stored, self._root_array)]
-        self._best_token = [memoryview(token) for token, _ in tables]
-        self._best_prob = [memoryview(prob) for _, prob in tables]
+        nodes = [1, *map(len, self.stored.tokens[: self.max_context])]
+        self._best = [memoryview(np.zeros(n, np.uint32)) for n in nodes]
+        self._prob = [memoryview(np.zeros(n, np.float64)) for n in nodes]
+        self._links = [memoryview(np.zeros(n, np.int64)) for n in nodes]
+        if self.max_context:
+            self._links[1] = memoryview(np.ones(nodes[1], np.int64))  # depth 1 links to the root
+
+    def _fill(self, depth: int, node: int) -> int:
+        """Compute and keep _best and _prob of a context node; returns its _best entry."""
+        starts = self._starts_view[depth]
+        low, high = starts[node], starts[node + 1]
+        value, prob = 1, 0.0
+        if high - low > 64:
+            counts = self._counts[depth + 1][low:high]
+            top = low + int(counts.argmax())  # the first maximum: the smallest token id
+            value, prob = self._token_view[depth + 1][top] + 2, int(counts.max()) / int(counts.sum(dtype=np.int64))
+        elif high > low:
+            counts = self._count_view[depth + 1]
+            top = max(range(low, high), key=counts.__getitem__)
+            value, prob = self._token_view[depth + 1][top] + 2, counts[top] / sum(counts[low:high])
+        self._best[depth][node], self._prob[depth][node] = value, prob
+        return value
+
+    def _link(self, depth: int, node: int) -> int:
+        """Compute and keep the suffix link of a node at depth >= 2 (the node of its context
+        without the first token: the child of its parent's link); returns its _links entry."""
+        parent = bisect_right(self._starts_view[depth - 1], node) - 1
+        above = (self._links[depth - 1][parent] or self._link(depth - 1, parent)) - 1
+        link = self._child(depth - 2, above, self._token_view[depth][node])
+        if link < 0:  # the suffix of a stored n-gram is stored too, unless the file is damaged
+            raise UserError(f"n-gram model {str(self.stored.path)!r} is corrupt (a context's suffix is missing)")
+        self._links[depth][node] = link + 1
+        return link + 1
+
+    def _child(self, depth: int, node: int, token: int) -> int:
+        """The node at depth + 1 that continues (depth, node) with `token`, or -1."""
+        if depth == 0:
+            return self._root_index[token] if 0 <= token < self.vocab_size else -1
+        starts = self._starts_view[depth]
+        low, high = starts[node], starts[node + 1]
+        tokens = self._token_view[depth + 1]
+        child = bisect_left(tokens, token, low, high)
+        return child if child < high and tokens[child] == token else -1
 
     def _find(self, sequence: Sequence[int], start: int, end: int) -> int:
         """Node of sequence[start:end] (a non-empty context) at depth end - start, or -1."""
-        token = sequence[start]
-        if not 0 <= token < self.vocab_size:
-            return -1
-        node = self._root_index[token]
-        depth = 1
-        for position in range(start + 1, end):
+        node = self._child(0, 0, sequence[start])
+        for depth in range(1, end - start):
             if node < 0:
                 return -1
-            starts = self._starts_view[depth]
-            low, high = starts[node], starts[node + 1]
-            tokens = self._token_view[depth + 1]
-            token = sequence[position]
-            node = bisect_left(tokens, token, low, high)
-            if node == high or tokens[node] != token:
-                return -1
-            depth += 1
+            node = self._child(depth, node, sequence[start + depth])
         return node
 
     def state(self, sequence: Sequence[int]) -> tuple[int, int]:
@@ -179,38 +160,40 @@ class NGramModel:
                     return depth + 1, child
             if depth == 0:
                 return ROOT
-            node = self._links[depth][node]
+            node = (self._links[depth][node] or self._link(depth, node)) - 1
             depth -= 1
 
     def predictor(self, depth: int, node: int, backoff: bool = True) -> tuple[int, int] | None:
         """The context node whose distribution predicts the next token in state (depth, node):
         with back-off the longest suffix that has continuations, else the full order - 1 token
         context if it has any; None when there is none."""
-        best_token = self._best_token
+        best, fill, links = self._best, self._fill, self._links
         if backoff:
-            while depth and best_token[depth][node] < 0:
-                node = self._links[depth][node]
+            while depth and (best[depth][node] or fill(depth, node)) == 1:
+                node = (links[depth][node] or self._link(depth, node)) - 1
                 depth -= 1
         elif depth != self.max_context:
             return None
-        return (depth, node) if best_token[depth][node] >= 0 else None
+        return (depth, node) if (best[depth][node] or fill(depth, node)) > 1 else None
 
     def greedy_draft(self, depth: int, node: int, k: int, backoff: bool, min_prob: float, limit: int) -> list[int]:
         """Up to k most-probable tokens from state (depth, node): stops at an unseen context,
         a best token below min_prob, or a token id >= limit. One loop: this is the hot path."""
-        best_token, best_prob, links = self._best_token, self._best_prob, self._links
+        best, prob, links, fill = self._best, self._prob, self._links, self._fill
         full, step = self.max_context, self.step
         drafted: list[int] = []
         for _ in range(k):
             d, x = depth, node
+            value = best[d][x] or fill(d, x)
             if backoff:
-                while d and best_token[d][x] < 0:
-                    x = links[d][x]
+                while value == 1 and d:
+                    x = (links[d][x] or self._link(d, x)) - 1
                     d -= 1
+                    value = best[d][x] or fill(d, x)
             elif d != full:
                 break
-            token = best_token[d][x]
-            if token < 0 or token >= limit or best_prob[d][x] < min_prob:
+            token = value - 2
+            if token < 0 or token >= limit or prob[d][x] < min_prob:
                 break
             drafted.append(token)
             depth, node = step(depth, node, token)
@@ -234,10 +217,10 @@ class NGramModel:
         return None
 
     def best(self, depth: int, node: int) -> tuple[int, float]:
-        """Most probable continuation of a context node and its probability."""
-        if not self._best_token:
+        """Most probable continuation of a context node (-1 for none) and its probability."""
+        if not self._best:
             self.prepare()
-        return self._best_token[depth][node], self._best_prob[depth][node]
+        return (self._best[depth][node] or self._fill(depth, node)) - 2, self._prob[depth][node]
 
     def continuations(self, depth: int, node: int) -> tuple[np.ndarray, np.ndarray]:
         """Token ids and counts of everything seen after a context node (token-sorted)."""

@@ -1,4 +1,4 @@
-"""Batched tokenisation of documents into flat uint32 arrays, and the tokenizer fingerprint.
+"""Batched tokenisation of documents into flat uint32 arrays.
 
 Documents are encoded without special tokens, in batches through the tokenizers library, which
 spreads a batch over the cores. Ids are uint32: vocabularies here reach 262k tokens.
@@ -9,11 +9,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-
-from polyspec.vocabulary import Fingerprint, fingerprint
-
-tokenizer_fingerprint = fingerprint
-__all__ = ["BatchEncoder", "ChunkBuffer", "Fingerprint", "tokenizer_fingerprint"]
 
 
 class BatchEncoder:
