@@ -335,8 +335,8 @@ class Engine:
 # -- transformers users -------------------------------------------------------------------------
 
 # transformers' own defaults for what neither the call nor the model's generation config sets.
+_DEFAULT_NEW_TOKENS = 20
 _TRANSFORMERS_DEFAULTS = {
-    "max_length": 20,
     "do_sample": False,
     "temperature": 1.0,
     "top_k": 50,
@@ -419,7 +419,9 @@ def generate(
         return _TRANSFORMERS_DEFAULTS.get(key) if value is None else value
 
     max_new = setting("max_new_tokens")
-    if max_new is None:
+    if max_new is None and setting("max_length") is None:
+        max_new = _DEFAULT_NEW_TOKENS  # as transformers: no length set anywhere means 20 new tokens
+    elif max_new is None:
         max_new = setting("max_length") - len(ids)
         if max_new < 1:
             raise UserError(f"max_length {setting('max_length')} leaves no room after a prompt of {len(ids)} tokens")

@@ -90,13 +90,13 @@ class TextStream:
         return emit
 
     def _window_start(self) -> int:
-        """A few tokens before the settled point, not inside a character: a window that began
-        with the last bytes of one would decode them as U+FFFD."""
+        """A few tokens before the settled point, at the start of a character: a window that
+        began inside one would decode its last bytes as U+FFFD."""
         start = max(0, self._settled - CONTEXT_TOKENS)
-        floor = max(0, start - 4)
-        while start > floor and self._decode(self.ids[start : start + 1]).startswith(REPLACEMENT):
-            start -= 1
-        return start
+        for candidate in range(start, max(-1, start - 2 * CONTEXT_TOKENS), -1):
+            if not self._decode(self.ids[candidate : self._settled]).startswith(REPLACEMENT):
+                return candidate
+        return self._settled  # no clean start nearby: the next window decodes the new tokens alone
 
     def _emittable(self, new: str, final: bool) -> str:
         """The part of `new` (text after everything emitted) that may be emitted now."""
