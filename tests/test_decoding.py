@@ -194,16 +194,27 @@ def chi_square_pvalue(samples: list[tuple[int, ...]], joint: dict[tuple[int, ...
 SAMPLING = SamplingConfig(temperature=1.0, top_k=3, top_p=0.95, repetition_penalty=1.3, penalty_window=4)
 
 
-def check_sampling_is_exact(verifier, drafter, trials: int, steps: int = 3, expect_drafts: bool = True) -> None:
-    """Sampled sequences of `steps` tokens follow their exact joint distribution (chi-square)."""
+def check_sampling_is_exact(
+    verifier, drafter, trials: int, steps: int = 3, expect_drafts: bool = True, tree: int = 0, prompt=None
+) -> None:
+    """Sampled sequences of `steps` tokens follow their exact joint distribution (chi-square);
+    `tree` > 0 verifies token trees of that many nodes."""
     decoder = Decoder(verifier)
-    # The model's own greedy text repeats itself, so drafters reading the context propose likely tokens.
-    prompt = [2, 7, 8, 9, *decoder.generate([2, 7, 8, 9], None, max_new_tokens=12).token_ids]
+    if prompt is None:
+        # The model's own greedy text repeats itself, so drafters reading the context propose likely tokens.
+        prompt = [2, 7, 8, 9, *decoder.generate([2, 7, 8, 9], None, max_new_tokens=12).token_ids]
     joint = exact_joint(verifier.model, prompt, SAMPLING, steps)
     samples, accepted = [], 0
     for seed in range(trials):
         result = decoder.generate(
-            prompt, drafter, gamma=3, sampling=SAMPLING, max_new_tokens=steps, seed=seed, eos_token_ids=frozenset()
+            prompt,
+            drafter,
+            gamma=3,
+            sampling=SAMPLING,
+            max_new_tokens=steps,
+            seed=seed,
+            eos_token_ids=frozenset(),
+            tree=tree,
         )
         samples.append(tuple(result.token_ids))
         accepted += result.stats.accepted

@@ -17,16 +17,9 @@ from test_decoding import check_sampling_is_exact, hf_greedy
 from polyspec.decoding import Decoder
 from polyspec.drafters.ngram import ContextCache, NGramOptions
 from polyspec.errors import UserError
-from polyspec.ngram.train import train
+from polyspec.ngram.train import train_files
 from polyspec.sampling import LogitsProcessor, SamplingConfig
 from polyspec.specs import make_drafter, parse_ngram
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory, tokenizer) -> Path:
-    path = tmp_path_factory.mktemp("word-tokenizer")
-    tokenizer.save_pretrained(path)
-    return path
 
 
 def words(tokenizer, ids: list[int]) -> str:
@@ -34,7 +27,7 @@ def words(tokenizer, ids: list[int]) -> str:
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory, verifier, tokenizer_dir) -> dict[int, Path]:
+def models(tmp_path_factory, verifier, tokenizer) -> dict[int, Path]:
     """Models of order 1-4 trained on the verifier's own greedy continuations (so drafts are
     often right) and on random word salad (so many contexts are unseen or misleading)."""
     root = tmp_path_factory.mktemp("ngram-models")
@@ -52,7 +45,7 @@ def models(tmp_path_factory, verifier, tokenizer_dir) -> dict[int, Path]:
     paths = {}
     for order in (1, 2, 3, 4):
         paths[order] = root / f"order{order}.ngram"
-        train(str(tokenizer_dir), [corpus], order, paths[order], show_progress=False)
+        train_files(tokenizer, [corpus], order, paths[order], show_progress=False)
     return paths
 
 
@@ -114,10 +107,9 @@ def test_greedy_identity_with_transformers(verifier, models, spec):
 def test_tokenizer_mismatch_is_refused(verifier, tmp_path):
     other = build_tokenizer()
     other.add_tokens(["extra-word"])
-    other.save_pretrained(tmp_path / "other")
     corpus = tmp_path / "c.txt"
     corpus.write_text("w1 w2 w3\n", encoding="utf-8")
-    train(str(tmp_path / "other"), [corpus], 2, tmp_path / "other.ngram", show_progress=False)
+    train_files(other, [corpus], 2, tmp_path / "other.ngram", show_progress=False)
     with pytest.raises(UserError, match="another tokenizer"):
         make_drafter("ngram:" + str(tmp_path / "other.ngram"), verifier)
 

@@ -31,6 +31,9 @@ def generate(
     verifier: Annotated[str, typer.Option(help="Verifier: local path or hub id (default: embedded).")] = "",
     drafter: Annotated[str, typer.Option(help=DRAFTER_HELP)] = "none",
     gamma: Annotated[int, typer.Option(help="Draft length per verifier call.")] = 3,
+    tree: Annotated[
+        int, typer.Option(help="Verify token trees of up to N nodes and gamma levels (N >= gamma; 0 = chains).")
+    ] = 0,
     prompt: Annotated[str | None, typer.Option(help="Prompt text.")] = None,
     prompt_file: Annotated[Path | None, typer.Option(help="Read the prompt from this file.")] = None,
     max_new_tokens: Annotated[int, typer.Option(help="Most tokens to generate.")] = 64,
@@ -46,13 +49,14 @@ def generate(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Generate from a verifier, speculatively with a drafter."""
-    from polyspec.decoding import Decoder, check_budget
+    from polyspec.decoding import Decoder, check_budget, check_tree
     from polyspec.sampling import SamplingConfig
     from polyspec.specs import load_model, make_drafter, parse_drafter
 
     text = read_prompt(prompt, prompt_file)
     sampling = SamplingConfig(temperature, top_k, top_p, repetition_penalty, penalty_window)
     check_budget(gamma, max_new_tokens)
+    check_tree(tree, gamma)
     parse_drafter(drafter)
     model = load_model(verifier, dtype=dtype, device=device)
     decoder = Decoder(model)
@@ -65,6 +69,7 @@ def generate(
         max_new_tokens=max_new_tokens,
         stop_strings=stop or (),
         seed=seed,
+        tree=tree,
     )
     if as_json:
         stats = result.stats.to_dict()
@@ -78,7 +83,8 @@ def generate(
     console.print(
         f"[dim]{s.new_tokens} tokens in {s.seconds:.2f} s ({s.tokens_per_second:.1f} tok/s), "
         f"acceptance {s.acceptance_rate:.2f} ({s.accepted}/{s.drafted}), "
-        f"{s.tokens_per_call:.2f} tokens per verifier call, stop: {result.stop_reason}[/dim]"
+        f"{s.tokens_per_call:.2f} tokens per verifier call ({s.nodes_verified / max(s.verifier_calls, 1):.1f} "
+        f"positions each), stop: {result.stop_reason}[/dim]"
     )
 
 

@@ -5,6 +5,10 @@ k + 1 rows of logits into choices with the shared `LogitsProcessor`, keeps the a
 tokens and the verifier's own next token, and cuts the cache back to what was kept. With
 `NoDrafter` every step is an ordinary single-token decoding step through the same code, so
 timings compare like with like.
+
+A token tree (`tree=N`) is a kind of draft: the pending token and the tree's nodes go through
+one forward in which each node sees the cache and its own ancestors, acceptance walks down the
+tree (`polyspec.acceptance`), and the cache keeps the accepted path (`CachedLM.keep`).
 """
 
 from __future__ import annotations
@@ -15,13 +19,14 @@ from dataclasses import dataclass
 
 import torch
 
-from polyspec.acceptance import greedy_verdict, rejection_verdict
+from polyspec.acceptance import greedy_tree_verdict, greedy_verdict, rejection_verdict, tree_rejection_verdict
 from polyspec.cached_lm import CachedLM
-from polyspec.drafters.base import Drafter, NoDrafter
+from polyspec.drafters.base import Drafter, NoDrafter, can_branch
 from polyspec.errors import UserError
 from polyspec.models import LoadedModel, synchronizer
 from polyspec.sampling import LogitsProcessor, SamplingConfig
-from polyspec.types import EMPTY_DRAFT, Generation, GenerationStats, Verdict
+from polyspec.tree import TokenTree
+from polyspec.types import EMPTY_DRAFT, Draft, Generation, GenerationStats, Verdict
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,14 @@ def check_budget(gamma: int, max_new_tokens: int) -> None:
         raise UserError(f"gamma must be >= 1, got {gamma}")
     if max_new_tokens < 1:
         raise UserError(f"max new tokens must be >= 1, got {max_new_tokens}")
+
+
+def check_tree(tree: int, gamma: int) -> None:
+    """A tree budget (0: chains) must hold a full-depth chain: at least gamma nodes."""
+    if tree < 0:
+        raise UserError(f"tree budget must be >= 0, got {tree}")
+    if tree and tree < gamma:
+        raise UserError(f"a tree of {tree} nodes cannot reach depth gamma = {gamma}: use --tree >= {gamma}")
 
 
 class Decoder:
@@ -82,11 +95,23 @@ class Decoder:
         stop_strings: Sequence[str] = (),
         seed: int = 0,
         eos_token_ids: frozenset[int] | None = None,
+        tree: int = 0,
     ) -> Generator[list[int], None, Generation]:
         """Yields the tokens each verifier call adds (never past a stop), then returns the
-        `Generation`. Nothing runs until the first `next`."""
+        `Generation`. Nothing runs until the first `next`. `tree` > 0 drafts token trees of up to
+        that many nodes and gamma levels (0: chains of gamma tokens)."""
         drafter = drafter or NoDrafter()
         check_budget(gamma, max_new_tokens)
+        check_tree(tree, gamma)
+        if tree and not self.lm.policy.supports_trees:
+            raise UserError(
+                f"token trees need a model whose cache can gather a path: {type(self.verifier.model).__name__} "
+                f"has recurrent layers ({self.lm.policy.name} rollback), so it verifies chains only (drop --tree)"
+            )
+        if tree and not can_branch(drafter):
+            raise UserError(
+                f"{type(drafter).__name__} drafts chains only: drop --tree or choose a drafter that branches"
+            )
         if not prompt_ids:
             raise UserError("the prompt is empty")
         limit = self.verifier.max_length
@@ -102,9 +127,9 @@ class Decoder:
         )
         generator = torch.Generator(device=self.verifier.device).manual_seed(seed)
         processor = LogitsProcessor(sampling)
-        return self._run(list(prompt_ids), drafter, gamma, processor, generator, stop)
+        return self._run(list(prompt_ids), drafter, gamma, tree, processor, generator, stop)
 
-    def _run(self, ids, drafter, gamma, processor, generator, stop) -> Generator[list[int], None, Generation]:
+    def _run(self, ids, drafter, gamma, tree, processor, generator, stop) -> Generator[list[int], None, Generation]:
         stats = GenerationStats()
         prompt_length = len(ids)
         sync = self._synchronize
@@ -121,19 +146,23 @@ class Decoder:
             # Never draft past the budget: k accepted tokens plus the verifier's own make k + 1.
             k = min(gamma, stop.max_new_tokens - new_count - 1)
             t0 = clock()
-            draft = drafter.propose(ids, k) if k > 0 else EMPTY_DRAFT
+            if k <= 0:
+                draft = EMPTY_DRAFT
+            elif tree:
+                draft = drafter.propose_tree(ids, tree, k)
+            else:
+                draft = drafter.propose(ids, k)
             sync()
             t1 = clock()
-            logits = self.lm.forward([ids[-1], *draft.tokens])
-            verdict = self._judge(draft, logits, ids, processor, generator)
+            verdict, judged = self._verify(draft, ids, processor, generator)
             sync()
             t2 = clock()
             stats.draft_seconds += t1 - t0
             stats.verify_seconds += t2 - t1
             stats.verifier_calls += 1
-            stats.record(len(draft), verdict.accepted)
-            self.lm.rollback(len(ids) + verdict.accepted)
-            emitted = [*draft.tokens[: verdict.accepted], verdict.token]
+            stats.nodes_verified += len(draft) + 1
+            stats.record(len(draft), verdict.accepted, judged)
+            emitted = [*(draft.tokens[i] for i in verdict.kept), verdict.token]
             keep, stop_reason = self._stop(ids[prompt_length:], emitted, stop)
             ids.extend(emitted)
             if keep:
@@ -146,13 +175,32 @@ class Decoder:
         text = self.verifier.tokenizer.decode(new_ids, skip_special_tokens=True)
         return Generation(token_ids=new_ids, text=text, stats=stats, stop_reason=stop_reason)
 
+    def _verify(self, draft: Draft | TokenTree, ids, processor, generator) -> tuple[Verdict, int]:
+        """One verifier forward over the pending token and the draft, the verdict, and the cache
+        cut to what was kept; also returns how many draft levels were judged."""
+        if isinstance(draft, Draft) or draft.is_chain:
+            probs = draft.probs
+            logits = self.lm.forward([ids[-1], *draft.tokens])
+            verdict = self._judge_chain(draft.tokens, probs, logits, ids, processor, generator)
+            self.lm.rollback(len(ids) + verdict.accepted)
+            return verdict, min(len(draft), verdict.accepted + 1)
+        logits = self.lm.forward([ids[-1], *draft.tokens], parents=draft.forward_parents())
+        suffixes = [[], *(draft.path_tokens(node) for node in range(len(draft)))]
+        if processor.config.greedy:
+            verdict = greedy_tree_verdict(draft, processor.greedy_after(logits, ids, suffixes))
+        else:
+            verdict = tree_rejection_verdict(draft, processor.probs_after(logits, ids, suffixes), generator)
+        self.lm.keep([0, *(node + 1 for node in verdict.kept)])
+        last = verdict.path[-1] if verdict.path else -1
+        return verdict, verdict.accepted + bool(draft.children(last))
+
     @staticmethod
-    def _judge(draft, logits, ids, processor: LogitsProcessor, generator) -> Verdict:
+    def _judge_chain(tokens, probs, logits, ids, processor: LogitsProcessor, generator) -> Verdict:
         start = len(ids)
         if processor.config.greedy:
-            return greedy_verdict(draft.tokens, processor.greedy_tokens(logits, ids, start, draft.tokens))
-        target_probs = processor.probs(logits, ids, start, draft.tokens)
-        return rejection_verdict(draft.tokens, draft.probs, target_probs, generator)
+            return greedy_verdict(tokens, processor.greedy_tokens(logits, ids, start, tokens))
+        target_probs = processor.probs(logits, ids, start, tokens)
+        return rejection_verdict(tokens, probs, target_probs, generator)
 
     def _stop(self, before: list[int], emitted: list[int], stop: StopConditions) -> tuple[int, str | None]:
         """How many of `emitted` (following the generated tokens `before`) to keep, and why the
