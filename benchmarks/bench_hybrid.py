@@ -6,7 +6,8 @@ engines on the same random model, taking turns call by call:
 - stock: the model's own forward (chunked delta rule) and a plain cache crop, which leaves the
   recurrent states wrong: the cost of a verify call with no state rollback at all;
 - states: polyspec's per-position states (stepwise rule, copy back on rollback);
-- refeed: polyspec's snapshot and re-feed (chunked rule, kept tokens fed again on rollback).
+- refeed: polyspec's snapshot and re-feed (chunked rule; the states are copied before each verify
+  call, restored and the kept tokens fed again on rollback).
 Overhead per verify call = (forward + rollback time) - stock forward time, as a share of the
 stock forward.
 
@@ -37,7 +38,7 @@ from polyspec.cached_lm import CachedLM
 from polyspec.decoding import Decoder
 from polyspec.drafters.model import ModelDrafter
 from polyspec.models import LoadedModel
-from polyspec.state_rollback import StateRollback, delta_rule_layers
+from polyspec.state_rollback import CropPolicy
 from polyspec.types import Draft
 
 
@@ -70,19 +71,6 @@ def hybrid_model(layers: int, hidden: int, vocab: int, dtype: torch.dtype, seed:
     with torch.no_grad():
         model.lm_head.weight.mul_(8.0)  # confident logits, like a trained model's
     return model.to(dtype)
-
-
-class StockLM(CachedLM):
-    """Cuts back only what `crop` can: the timing of a verify call with no state rollback."""
-
-    def __init__(self, model) -> None:
-        super().__init__(model)
-        self.states = None
-
-
-def with_mode(lm: CachedLM, mode: str) -> CachedLM:
-    lm.states = StateRollback(delta_rule_layers(lm.model), mode=mode)
-    return lm
 
 
 def rollback_rounds(engines: dict, prefix: list[int], steps: list[list[int]], keeps: list[int], rounds: int):
@@ -118,9 +106,10 @@ def part_rollback(model, gamma: int, args) -> dict:
     steps = [[rng.randrange(4, vocab) for _ in range(width)] for _ in range(args.calls)]
     keeps = [1 + i % width for i in range(args.calls)]
     engines = {
-        "stock": StockLM(model),
-        "states": with_mode(CachedLM(model), "states"),
-        "refeed": with_mode(CachedLM(model), "refeed"),
+        # Cuts back only what cropping can: the timing of a verify call with no state rollback.
+        "stock": CachedLM(model, rollback=CropPolicy()),
+        "states": CachedLM(model, rollback="states"),
+        "refeed": CachedLM(model, rollback="refeed"),
     }
     rollback_rounds(engines, prefix, steps[:4], keeps[:4], rounds=1)  # warm-up
     times = rollback_rounds(engines, prefix, steps, keeps, args.rounds)
@@ -150,9 +139,6 @@ class OracleDrafter:
 
     def propose(self, context, k) -> Draft:
         return Draft(tokens=self.text[len(context) : len(context) + k])
-
-    def observe(self, num_accepted) -> None:
-        pass
 
 
 def always_right(decoder: Decoder, prompt: list[int], guess: list[int], gamma: int, run: dict):

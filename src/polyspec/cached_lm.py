@@ -1,74 +1,334 @@
 """A causal LM fed one chunk at a time whose cache can be cut back after a rejection.
 
-`CachedLM` keeps the cache of every token fed so far. Verifying a draft feeds k + 1 tokens in
-one forward; when only some are kept, `rollback` cuts every layer back to the kept prefix
-instead of recomputing it. Sliding-window layers (Gemma 3) keep the states they would drop
-until the next rollback, so they too can be cut back once a sequence outgrows the window.
-Recurrent states (Qwen3.5's linear attention) are restored by `polyspec.state_rollback`.
+`CachedLM` keeps the cache of every token fed so far; it alone changes that cache and its length
+(invariant: the cache holds exactly `length` tokens). Verifying a draft feeds k + 1 tokens in one
+forward; when only some are kept, `rollback` asks the model's rollback policy
+(`polyspec.state_rollback`) for a plan (crop; restore states, then crop; re-feed) and carries it
+out. Sliding-window layers (Gemma 3) keep the states they would drop until the next rollback, so
+they too can be cut back once a sequence outgrows the window.
 """
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+import copy
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from polyspec.state_rollback import state_rollback_for
+from polyspec.errors import UserError
+from polyspec.state_rollback import (
+    Crop,
+    CropPolicy,
+    Plan,
+    Refeed,
+    Restore,
+    RollbackPolicy,
+    SnapshotRefeed,
+    States,
+    policy_for,
+)
+
+# Names models give the cache argument of their forward, in the order they are looked for.
+CACHE_ARGUMENTS = ("past_key_values", "cache_params", "state")
+# Fields of a layer that holds both attention KV and a recurrent state which belong to the KV part.
+_ATTENTION_FIELDS = frozenset({"keys", "values", "cumulative_length", "is_initialized"})
+
+
+def _clone(value: Any) -> Any:
+    """A copy of tensors and the containers holding them; anything else is shared."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {key: _clone(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clone(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_clone(item) for item in value)
+    return value
+
+
+def _copy_object(value: Any) -> Any:
+    """A copy of a cache object of any kind: its tensors cloned, one level of attributes deep."""
+    if value is None or isinstance(value, (torch.Tensor, dict, list, tuple)):
+        return _clone(value)
+    copied = copy.copy(value)
+    for name, item in vars(value).items():
+        setattr(copied, name, _clone(item))
+    return copied
+
+
+def _attention_crop(layer_type: type):
+    """The `crop` of a cache layer's attention part (None when it has none)."""
+    from transformers.cache_utils import LinearAttentionCacheLayerMixin
+
+    for klass in layer_type.__mro__:
+        if issubclass(klass, LinearAttentionCacheLayerMixin):
+            continue
+        if "crop" in vars(klass):
+            return vars(klass)["crop"]
+    return None
+
+
+@functools.cache
+def _tracked_cache_class() -> type:
+    """transformers' dynamic cache, which can also tell the length of a cache with no attention
+    layer (transformers' own asks an attention layer and fails when there is none)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import CacheLayerMixin
+
+    class TrackedCache(DynamicCache):
+        known_length = 0
+
+        def _has_attention(self) -> bool:
+            return any(isinstance(layer, CacheLayerMixin) for layer in self.layers)
+
+        def get_seq_length(self, layer_idx: int = 0) -> int:
+            if layer_idx == 0 and self.layers and not self._has_attention():
+                return self.known_length
+            return super().get_seq_length(layer_idx)
+
+        def get_mask_sizes(self, query_length: int, layer_idx: int) -> tuple[int, int]:
+            if layer_idx == 0 and self.layers and not self._has_attention():
+                return self.known_length + query_length, 0
+            return super().get_mask_sizes(query_length, layer_idx)
+
+    return TrackedCache
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """How one model's forward takes its cache, positions and logit count."""
+
+    cache_name: str
+    positions: bool
+    logits_to_keep: bool
+    attention_mask: bool
+    default_cache: bool  # the model works with transformers' dynamic cache, made here
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> ModelCall:
+        name = type(model).__name__
+        config = model.config
+        if getattr(config, "is_encoder_decoder", False):
+            raise UserError(f"{name} is an encoder-decoder model: polyspec drives decoder-only causal LMs")
+        params = inspect.signature(model.forward).parameters
+        cache_name = next((arg for arg in CACHE_ARGUMENTS if arg in params), None)
+        if cache_name is None:
+            raise UserError(f"{name} takes no cache in its forward: polyspec needs one to decode incrementally")
+        supports_default = getattr(model, "_supports_default_dynamic_cache", lambda: True)()
+        return cls(
+            cache_name=cache_name,
+            positions="position_ids" in params,
+            logits_to_keep="logits_to_keep" in params,
+            attention_mask="attention_mask" in params,
+            default_cache=cache_name != "state" and supports_default,
+        )
+
+    def new_cache(self, model: torch.nn.Module):
+        if not self.default_cache:
+            return None
+        return _tracked_cache_class()(config=model.config.get_text_config(decoder=True))
 
 
 class CachedLM:
     """Feeds tokens to a causal LM one chunk at a time and can cut its cache back.
 
-    Invariant: the cache holds exactly `self.length` tokens.
+    `rollback` is a mode name of `polyspec.state_rollback.policy_for` ('auto' picks one from the
+    model) or a policy object.
     """
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, rollback: str | RollbackPolicy = "auto") -> None:
         self.model = model
         self.device = next(model.parameters()).device
-        self.cache = None
-        self.length = 0
-        self.states = state_rollback_for(model)  # None unless some layers carry a recurrent state
+        self.call = ModelCall.of(model)
+        self.policy = policy_for(model, rollback) if isinstance(rollback, str) else rollback
+        self._auto = rollback == "auto"
+        self._cache = None
+        self._length = 0
+        self._fed = False
+
+    @property
+    def length(self) -> int:
+        """How many tokens the cache holds."""
+        return self._length
+
+    @property
+    def cache(self):
+        return self._cache
 
     def reset(self) -> None:
-        from transformers import DynamicCache
-
-        self.cache = DynamicCache(config=self.model.config)
-        self.length = 0
-        self._recording = False
-        if self.states is not None:
-            self.states.reset(self.cache)
-            self._recording = True
+        self._cache = self.call.new_cache(self.model)
+        self._length = 0
+        self._fed = False
+        self.policy.begin()
 
     @torch.inference_mode()
     def forward(self, tokens: list[int], num_logits: int | None = None) -> torch.Tensor:
         """Feed `tokens` after the cached ones; returns logits [n, V] for the last `num_logits`
         positions (all by default)."""
+        if not tokens:
+            raise ValueError("nothing to feed")
+        return self._feed(list(tokens), num_logits)
+
+    def _feed(self, tokens: list[int], num_logits: int | None) -> torch.Tensor:
+        start = self._length
+        if start == 0 and self.policy.conv_past and self._cache is not None:
+            self._record_past()  # from the very first forward: a rollback into it finds every conv input
+        if hasattr(self._cache, "known_length"):
+            self._cache.known_length = start
         input_ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        positions = torch.arange(self.length, self.length + len(tokens), device=self.device)
-        with self.states.recording(self.length, tokens) if self.states is not None else nullcontext():
-            out = self.model(
-                input_ids=input_ids,
-                past_key_values=self.cache,
-                position_ids=positions.unsqueeze(0),
-                use_cache=True,
-                logits_to_keep=num_logits or 0,
+        kwargs = {"input_ids": input_ids, self.call.cache_name: self._cache, "use_cache": True}
+        if self.call.positions:
+            kwargs["position_ids"] = torch.arange(start, start + len(tokens), device=self.device).unsqueeze(0)
+        if self.call.logits_to_keep:
+            kwargs["logits_to_keep"] = num_logits or 0
+        with self.policy.recording(start, tokens, self._snapshot):
+            out = self.model(**kwargs)
+        cache = getattr(out, self.call.cache_name, None)
+        if cache is None:
+            raise UserError(
+                f"{type(self.model).__name__} returned no cache: polyspec needs one to decode incrementally"
             )
-        self.length += len(tokens)
-        if not self._recording:
-            # Only after the first forward do all layers exist; from then on sliding-window
-            # layers keep what they would drop until `rollback` says how much is needed.
-            self.cache.activate_past_recording()
-            self._recording = True
-        return out.logits[0]
+        self._cache = cache
+        self._length += len(tokens)
+        if not self._fed:
+            # Only after the first forward do all layers exist; from then on sliding-window layers
+            # keep what they would drop until a rollback says how much is needed.
+            self._fed = True
+            self._record_past()
+            if self._auto and isinstance(self.policy, CropPolicy) and self._has_states():
+                self.policy = SnapshotRefeed()  # the cache holds more than cropping can cut back
+        logits = out.logits[0]
+        return logits[-num_logits:] if num_logits else logits
 
     def rollback(self, length: int) -> None:
-        """Cut the cache back to its first `length` tokens (also trims sliding windows)."""
-        if length > self.length:
-            raise ValueError(f"cannot roll back to {length} tokens: only {self.length} cached")
-        if not self._recording:  # nothing fed yet
+        """Leave the cache as if only its first `length` tokens had been fed (also trims sliding
+        windows and recorded convolution inputs)."""
+        if not 0 <= length <= self._length:
+            raise ValueError(f"cannot roll back to {length} tokens: only {self._length} cached")
+        if not self._fed:  # nothing fed yet
             return
-        if self.states is not None:
-            self.states.rollback(self, length)
+        if length == 0:
+            self.reset()
             return
-        self.cache.crop(length - self.length)
-        self.length = length
+        with torch.inference_mode():  # the cache's tensors were made in inference mode
+            self._carry_out(self.policy.plan(self._length, length))
+        self.policy.settled(length)
+
+    def _carry_out(self, plan: Plan) -> None:
+        if isinstance(plan, Crop):
+            self._cut(plan.length)
+        elif isinstance(plan, Restore):
+            self._restore(plan)
+        elif isinstance(plan, Refeed):
+            if plan.base is None:
+                self.reset()
+            else:
+                self._restore(plan.base)
+            if plan.tokens:
+                self._feed(list(plan.tokens), num_logits=1)
+        else:
+            raise TypeError(f"unknown rollback plan {plan!r}")
+
+    # The cache itself: what only this class reads and writes.
+
+    def _layers(self) -> list:
+        from transformers.cache_utils import Cache
+
+        return list(self._cache.layers) if isinstance(self._cache, Cache) else []
+
+    def _record_past(self) -> None:
+        from transformers.cache_utils import DynamicSlidingWindowLayer, LinearAttentionCacheLayerMixin
+
+        for layer in self._layers():
+            if not hasattr(layer, "activate_past_recording"):
+                continue
+            conv_only = isinstance(layer, LinearAttentionCacheLayerMixin) and not isinstance(
+                layer, DynamicSlidingWindowLayer
+            )
+            if conv_only and not self.policy.conv_past:
+                continue  # its states are copied and restored instead
+            layer.activate_past_recording()
+
+    @staticmethod
+    def _kind(layer) -> str:
+        """'linear' (a recurrent or convolution state), 'attention' (cut back by cropping) or
+        'other' (copied whole)."""
+        from transformers.cache_utils import (
+            DummyLayer,
+            DynamicIndexedLayer,
+            DynamicLayer,
+            DynamicSlidingWindowLayer,
+            LinearAttentionCacheLayerMixin,
+        )
+
+        if isinstance(layer, LinearAttentionCacheLayerMixin):
+            return "linear"
+        if type(layer) in (DynamicLayer, DynamicSlidingWindowLayer, DynamicIndexedLayer, DummyLayer):
+            return "attention"
+        return "other"
+
+    def _has_states(self) -> bool:
+        return self._snapshot() is not None
+
+    def _snapshot(self) -> States | None:
+        """A copy of everything in the cache that cropping cannot cut back; None when there is nothing."""
+        from transformers.cache_utils import Cache
+
+        cache = self._cache
+        if cache is None:
+            return None
+        if not isinstance(cache, Cache):
+            return States(whole=_copy_object(cache))
+        layers = {}
+        for index, layer in enumerate(cache.layers):
+            kind = self._kind(layer)
+            if kind == "linear":
+                layers[index] = {k: _clone(v) for k, v in vars(layer).items() if k not in _ATTENTION_FIELDS}
+            elif kind == "other":
+                layers[index] = {k: _clone(v) for k, v in vars(layer).items()}
+        base = {"layers", "layer_class_to_replicate", "offloading", "only_non_sliding", "prefetch_stream"}
+        extras = {k: _clone(v) for k, v in vars(cache).items() if k not in base and k != "known_length"}
+        return States(layers=layers, cache=extras) if layers or extras else None
+
+    def _cut(self, length: int) -> None:
+        """Drop the cache's entries past `length` in every layer that cropping cuts back."""
+        from transformers.cache_utils import LinearAttentionCacheLayerMixin
+
+        remove = self._length - length
+        layers = self._layers()
+        if not layers and remove:
+            raise RuntimeError(f"{type(self._cache).__name__} cannot be cropped")
+        for layer in layers:
+            if self._kind(layer) == "other":
+                continue  # restored whole from a copy
+            linear = isinstance(layer, LinearAttentionCacheLayerMixin)
+            if linear and layer.record_past and any(layer.is_conv_states_initialized.values()):
+                LinearAttentionCacheLayerMixin.crop(layer, -remove)
+            crop = _attention_crop(type(layer))
+            if crop is not None:
+                crop(layer, -remove)
+        self._length = length
+
+    def _restore(self, plan: Restore) -> None:
+        states = plan.states
+        if states.has_whole:
+            self._cache = _copy_object(states.whole)
+            self._length = plan.length
+            return
+        self._cut(plan.length)
+        layers = self._layers()
+        for index, fields in states.layers.items():
+            layer = layers[index]
+            for name, value in fields.items():
+                current = getattr(layer, name, None)
+                if isinstance(value, dict) and isinstance(current, dict):
+                    for key, item in value.items():
+                        current[key] = _clone(item)
+                else:
+                    setattr(layer, name, _clone(value))
+        for name, value in states.cache.items():
+            setattr(self._cache, name, _clone(value))

@@ -1,21 +1,16 @@
-"""Cutting back hybrid models whose layers carry a recurrent state (Qwen3.5's gated delta-net).
+"""Per-position recurrent states for gated delta-net layers (Qwen3.5, Qwen3-Next linear attention).
 
-A KV cache is cut back by dropping its last entries. A recurrent state cannot be: it is one
-tensor that every token fed has updated, and transformers' `crop` only cuts back the short
-convolution states (which, with past recording on, keep every input since the last crop).
-So for each forward we keep the recurrent state of every linear-attention layer after each of
-its positions, and a rollback copies back the states of the last kept position, while `crop`
-cuts back the convolution states and the full-attention KV.
+A recurrent state is one tensor that every token fed has updated, so it cannot be cut back like
+a KV cache. For each forward this policy keeps the recurrent state of every linear-attention layer
+after each of its positions, and going back to a kept position copies those states back, while a
+crop cuts back the convolution states (which record every input since the last cut) and the
+attention KV.
 
-Two ways to have those states, chosen by `mode` (docs/HYBRID.md measures both):
-- "states" (default): forwards of at most `step_limit` tokens (a verification: the pending token
-  plus the draft) run the recurrence one token at a time, the rule single-token decoding uses,
-  and keep the state after every token. The states are tensors the recurrence creates anyway,
-  so keeping them costs no copy.
-- "refeed": every forward keeps only its final state (again no copy), and a rollback into the
-  middle of a forward restores the state at its start and feeds the kept tokens again.
-Forwards wider than `step_limit` (a prompt) always use the model's chunked rule and are re-fed
-in the rare case a rollback lands inside one.
+Forwards of at most `step_limit` tokens (a verification: the pending token plus the draft) run
+the recurrence one token at a time, the rule single-token decoding uses, and keep the state after
+every token: tensors the recurrence creates anyway, so keeping them copies nothing. Wider forwards
+(a prompt) use the model's chunked rule, keep only their final state, and are re-fed in the rare
+case a rollback lands inside one.
 
 The recurrence is reached through the module-level functions the modeling code calls by name
 (`torch_chunk_gated_delta_rule`, `torch_recurrent_gated_delta_rule`); they are swapped only for
@@ -25,56 +20,30 @@ the duration of one forward of the model being recorded.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 import torch
 
-from polyspec.errors import UserError
-
-if TYPE_CHECKING:
-    from polyspec.cached_lm import CachedLM
+from polyspec.state_rollback.plans import Crop, Plan, Refeed, Restore, States
 
 RULE_NAMES = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule")
-# Layer types whose cache holds a state that dropping entries cannot undo.
-STATEFUL_TYPES = frozenset({"linear_attention", "conv", "mamba", "hybrid", "hybrid_sliding"})
-MODES = ("states", "refeed")
 # Wide enough for any verification (gamma + 1 tokens); narrow enough that a prompt never runs
 # token by token.
 DEFAULT_STEP_LIMIT = 16
 
 
-def stateful_layer_types(model: torch.nn.Module) -> set[str]:
-    config = model.config.get_text_config()
-    return set(getattr(config, "layer_types", None) or []) & STATEFUL_TYPES
-
-
 def delta_rule_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The model's gated delta-net layers, in execution order (each has a `layer_idx`)."""
+    """The model's gated delta-net layers, in execution order (each has a `layer_idx`); empty when
+    one of them lives in a module without both rules to swap."""
     layers = []
     for module in model.modules():
-        namespace = sys.modules.get(type(module).__module__)
         if hasattr(module, "layer_idx") and type(module).__name__.endswith("GatedDeltaNet"):
+            namespace = sys.modules.get(type(module).__module__)
             if namespace is None or not all(hasattr(namespace, name) for name in RULE_NAMES):
-                return []  # a layer this module does not know how to record
+                return []
             layers.append(module)
     return sorted(layers, key=lambda module: module.layer_idx)
-
-
-def state_rollback_for(model: torch.nn.Module, mode: str = "states") -> StateRollback | None:
-    """None when cropping the cache cuts the model back (attention only); a `StateRollback` for
-    gated delta-net hybrids; a UserError for other stateful layers."""
-    stateful = stateful_layer_types(model)
-    if not stateful:
-        return None
-    layers = delta_rule_layers(model)
-    if stateful != {"linear_attention"} or not layers:
-        raise UserError(
-            f"{type(model).__name__} has recurrent-state layers ({', '.join(sorted(stateful))}) that polyspec "
-            "cannot cut back after a rejection: only gated delta-net linear attention (Qwen3.5) is supported"
-        )
-    return StateRollback(layers, mode=mode)
 
 
 def stepwise_delta_rule(
@@ -119,33 +88,29 @@ def stepwise_delta_rule(
     return torch.stack(outputs, dim=1).to(out_dtype), states
 
 
-class StateRollback:
-    """Keeps the recurrent states a `CachedLM` may have to go back to, and restores them.
+class DeltaRuleStates:
+    """Between two rollbacks, `_states[n]` maps each linear-attention layer to its recurrent state
+    after the first n tokens, for every n this policy can restore directly; `_segments` holds the
+    forwards that can only be re-fed."""
 
-    Between two rollbacks, `_states[n]` maps each linear-attention layer to its recurrent state
-    after the first n tokens, for every n this mechanism can restore directly; `_segments`
-    holds the tokens of forwards that can only be re-fed.
-    """
+    name = "states"
+    conv_past = True
+    supports_trees = False
 
-    def __init__(self, layers: list[torch.nn.Module], mode: str = "states", step_limit: int = DEFAULT_STEP_LIMIT):
-        if mode not in MODES:
-            raise UserError(f"unknown rollback mode {mode!r}: use {' or '.join(MODES)}")
+    def __init__(self, layers: list[torch.nn.Module], step_limit: int = DEFAULT_STEP_LIMIT) -> None:
         self.layer_ids = [module.layer_idx for module in layers]
         self.namespaces = list({sys.modules[type(module).__module__] for module in layers})
-        self.step_limit = step_limit if mode == "states" else 0
-        self.mode = mode
+        self.step_limit = step_limit
         self._states: dict[int, dict[int, torch.Tensor]] = {}
-        self._segments: list[tuple[int, list[int]]] = []
+        self._segments: list[tuple[int, tuple[int, ...]]] = []
         self._calls = 0
         self._start = 0
 
-    def reset(self, cache) -> None:
-        # Record from the very first forward, so a rollback into it finds every conv input.
-        cache.activate_past_recording()
+    def begin(self) -> None:
         self._states, self._segments = {}, []
 
     @contextmanager
-    def recording(self, start: int, tokens: list[int]) -> Iterator[None]:
+    def recording(self, start: int, tokens: Sequence[int], snapshot: Callable[[], States | None]) -> Iterator[None]:
         """Swap in the recording rule for one forward of `tokens` fed after `start` tokens."""
         self._calls, self._start = 0, start
         saved = [(namespace, name, getattr(namespace, name)) for namespace in self.namespaces for name in RULE_NAMES]
@@ -159,7 +124,7 @@ class StateRollback:
         if self._calls != len(self.layer_ids):
             raise RuntimeError(f"recorded {self._calls} gated delta-net calls, expected {len(self.layer_ids)}")
         if len(tokens) > self.step_limit:
-            self._segments.append((start, list(tokens)))
+            self._segments.append((start, tuple(tokens)))
 
     def _rule(self, original: Callable) -> Callable:
         def rule(query, key, value, g, beta, initial_state=None, output_final_state=False, **kwargs):
@@ -183,36 +148,22 @@ class StateRollback:
 
         return rule
 
-    def rollback(self, lm: CachedLM, length: int) -> None:
-        """Leave `lm` as if only its first `length` tokens had been fed."""
-        if length == 0:
-            lm.reset()
-            return
-        if length != lm.length:
-            if length not in self._states:
-                self._refeed(lm, length)
-            else:
-                self._restore(lm, length)
-        else:
-            lm.cache.crop(0)  # trims the conv states recorded since the last rollback
+    def _restore(self, length: int) -> Restore:
+        layers = {layer: {"recurrent_states": {0: state}} for layer, state in self._states[length].items()}
+        return Restore(length, States(layers=layers))
+
+    def plan(self, cached: int, length: int) -> Plan:
+        if length == cached:
+            return Crop(length)  # trims the convolution inputs recorded since the last cut
+        if length in self._states:
+            return self._restore(length)
+        for start, tokens in reversed(self._segments):
+            if start < length < start + len(tokens) and (start == 0 or start in self._states):
+                base = self._restore(start) if start else None
+                return Refeed(base, tokens[: length - start])
+        raise ValueError(f"cannot roll back to {length} tokens: it is before the last rollback")
+
+    def settled(self, length: int) -> None:
         kept = self._states.get(length)
         self._states = {length: kept} if kept is not None else {}
         self._segments = []
-
-    @torch.inference_mode()  # the cache's tensors were made in inference mode
-    def _restore(self, lm: CachedLM, length: int) -> None:
-        lm.cache.crop(length - lm.length)
-        for layer, state in self._states[length].items():
-            lm.cache.layers[layer].recurrent_states[0].copy_(state)
-        lm.length = length
-
-    def _refeed(self, lm: CachedLM, length: int) -> None:
-        for start, tokens in reversed(self._segments):
-            if start < length < start + len(tokens) and (start == 0 or start in self._states):
-                if start == 0:
-                    lm.reset()
-                else:
-                    self._restore(lm, start)
-                lm.forward(tokens[: length - start], num_logits=1)
-                return
-        raise ValueError(f"cannot roll back to {length} tokens: it is before the last rollback")
