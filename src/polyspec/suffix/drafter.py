@@ -1,0 +1,189 @@
+"""The suffix drafter: drafts what followed the longest match of the context in a corpus.
+
+Each step matches the longest suffix of the text (up to `max_match` tokens) that occurs in the
+indexed corpus with a token after it, and counts what follows its occurrences (at most
+`max_occurrences` of them, evenly spaced). With `+context` the prompt and accepted output are
+matched too, through the n-gram drafter's live cache (contexts of up to context_order - 1
+tokens); the longer match wins, then the more confident one, then the live one.
+
+Greedy verification: each step proposes the most frequent continuation (ties: the smaller id).
+Sampling verification: each step draws from the continuation counts and returns those rows as
+Draft.probs, so rejection sampling keeps the verifier's output distribution exact. Either way
+a text with no match ends the draft.
+
+The match at the end of the accepted text is advanced by the tokens added since the last
+proposal; moving from a match to the next (`SuffixIndex.extend`) and a match's continuations
+depend only on the match and the token, so both are kept in dictionaries keyed by the match,
+and drafting along text seen before costs a few dictionary look-ups per token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from polyspec.drafters.ngram import ContextCache
+from polyspec.types import EMPTY_DRAFT, Draft
+
+_MEMO_LIMIT = 1 << 18  # entries per memo before it starts over
+
+
+@dataclass(frozen=True)
+class SuffixOptions:
+    use_context: bool = False
+    max_match: int = 32
+    max_occurrences: int = 256
+    context_order: int = 8  # the live cache's n-gram order with +context
+
+
+class SuffixDrafter:
+    def __init__(self, index, vocab_size: int, options: SuffixOptions = SuffixOptions()) -> None:
+        self.index = index
+        self.vocab_size = vocab_size  # the verifier's: width of Draft.probs rows
+        self.options = options
+        self.usable_vocab = min(vocab_size, index.vocab_size)
+        self.greedy = True
+        self.generator: torch.Generator | None = None
+        self._moves: dict = {}  # (lo, length, token) -> the match after the token
+        self._rows: dict = {}  # (lo, length) -> (ids, probs, cumulative, best token, its probability) or None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._match = self.index.root
+        self._window = b""  # the text's last max_match tokens, as pattern bytes
+        self._fed, self._last = 0, -1
+        self.cache = ContextCache(self.options.context_order - 1) if self.options.use_context else None
+
+    def start(self, prompt_ids, processor, generator) -> None:
+        self.greedy = processor.config.greedy
+        self.generator = generator
+        self._reset()
+
+    # ---------------------------------------------------------------- matches
+
+    def _move(self, match, window: bytes, token: int):
+        """(the match after `token`, the window with it)."""
+        window = (window + token.to_bytes(4, "big"))[-4 * self.options.max_match :]
+        key = (match.lo, match.length, token)
+        moved = self._moves.get(key)
+        if moved is None:
+            if len(self._moves) >= _MEMO_LIMIT:
+                self._moves.clear()
+            moved = self._moves[key] = self.index.extend(match, window, self.options.max_match)
+        return moved, window
+
+    def _advance(self, context: Sequence[int]) -> None:
+        fed = self._fed
+        if fed and (len(context) < fed or context[fed - 1] != self._last):
+            fed = 0  # not a continuation of what was seen: start over
+        if fed == 0:
+            tail = [t if 0 <= t < self.usable_vocab else 0xFFFFFFFE for t in context[-self.options.max_match :]]
+            self._window = np.asarray(tail, dtype=">u4").tobytes()
+            self._match = self.index.longest(self._window, self.options.max_match)
+        else:
+            match, window = self._match, self._window
+            for token in context[fed:]:
+                match, window = self._move(match, window, int(token) if 0 <= token < self.usable_vocab else 0xFFFFFFFE)
+            self._match, self._window = match, window
+        self._fed, self._last = len(context), context[-1]
+        if self.cache is not None:
+            self.cache.sync(context)
+
+    def _row(self, match):
+        """What follows the match: (ids, float32 probabilities, their float64 running sum, the
+        best token, its probability), or None for the empty match or no usable continuation."""
+        if match.length == 0:
+            return None
+        key = (match.lo, match.length)
+        if key in self._rows:
+            return self._rows[key]
+        ids, counts = self.index.continuations(match, self.options.max_occurrences)
+        keep = ids < self.usable_vocab
+        if not keep.all():
+            ids, counts = ids[keep], counts[keep]
+        row = None
+        if len(ids):
+            total = float(counts.sum())
+            best = int(np.argmax(counts))  # the first of the most frequent: the smallest id
+            probs = (counts / total).astype(np.float32)
+            row = ids, probs, np.cumsum(probs, dtype=np.float64), int(ids[best]), float(counts[best] / total)
+        if len(self._rows) >= _MEMO_LIMIT:
+            self._rows.clear()
+        self._rows[key] = row
+        return row
+
+    def _choose(self, match, live: list[int]):
+        """('corpus', row) or ('live', cache entry) predicting the next token, or None."""
+        row = self._row(match)
+        if self.cache is None:
+            return None if row is None else ("corpus", row)
+        table = self.cache.table
+        for length in range(min(self.cache.max_context, len(live)), 0, -1):
+            entry = table.get(tuple(live[-length:]))
+            if entry is not None:
+                break
+        else:
+            return None if row is None else ("corpus", row)
+        if row is None or length > match.length:
+            return "live", entry
+        if length < match.length or entry[1] / entry[2] < row[4]:
+            return "corpus", row
+        return "live", entry
+
+    # ---------------------------------------------------------------- drafting
+
+    def propose(self, context: Sequence[int], k: int) -> Draft:
+        if k <= 0 or not context:
+            return EMPTY_DRAFT
+        self._advance(context)
+        live = list(context[-self.cache.max_context :]) if self.cache is not None else []
+        match, window = self._match, self._window
+        rows = None if self.greedy else np.zeros((k, self.vocab_size), dtype=np.float32)
+        tokens: list[int] = []
+        for i in range(k):
+            choice = self._choose(match, live)
+            if choice is None:
+                break
+            token = self._greedy(choice) if self.greedy else self._sample(choice, rows[i])
+            if token >= self.usable_vocab:
+                break
+            tokens.append(token)
+            match, window = self._move(match, window, token)
+            if self.cache is not None:
+                live.append(token)
+                del live[0 : max(0, len(live) - self.cache.max_context)]
+        if not tokens:
+            return EMPTY_DRAFT
+        if rows is None:
+            return Draft(tokens=tokens)
+        probs = torch.from_numpy(rows[: len(tokens)])
+        if self.generator is not None and self.generator.device.type != "cpu":
+            probs = probs.to(self.generator.device)
+        return Draft(tokens=tokens, probs=probs)
+
+    @staticmethod
+    def _greedy(choice) -> int:
+        return choice[1][3] if choice[0] == "corpus" else choice[1][0]
+
+    def _sample(self, choice, row: np.ndarray) -> int:
+        """Fill `row` with the chosen distribution and draw a token from exactly those values."""
+        if choice[0] == "corpus":
+            ids, probs, cumulative = choice[1][:3]
+        else:
+            by_token = choice[1][3]
+            ids = np.fromiter(by_token.keys(), dtype=np.int64, count=len(by_token))
+            counts = np.fromiter(by_token.values(), dtype=np.float64, count=len(by_token))
+            keep = ids < self.usable_vocab
+            ids, counts = ids[keep], counts[keep]
+            if len(ids) == 0:
+                return self.usable_vocab  # nothing usable: the caller ends the draft
+            probs = (counts / counts.sum()).astype(np.float32)
+            cumulative = np.cumsum(probs, dtype=np.float64)
+        row[ids] = probs
+        generator = self.generator
+        uniform = float(torch.rand((), generator=generator, device=generator.device if generator else "cpu"))
+        pick = int(np.searchsorted(cumulative, uniform * cumulative[-1], side="right"))
+        return int(ids[min(pick, len(ids) - 1)])

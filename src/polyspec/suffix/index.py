@@ -1,0 +1,129 @@
+"""Longest-match queries on a token text and its suffix array.
+
+The text is kept as big-endian 4-byte token ids, so comparing byte strings compares token
+sequences, and a binary search over the suffix array compares a pattern with a slice of the
+text in one memcmp (the slice of a memory-mapped file or of bytes is plain bytes). A *match* is
+the interval [lo, hi) of the suffix array whose suffixes start with a pattern of `length` tokens
+and go on with a token (occurrences at a document's end do not count: nothing follows them), so
+the match's continuations are one token-sorted run of the text, and appending a token narrows
+the interval with two binary searches inside it.
+
+The longest suffix of a context that occurs is found by binary search on its length (if a
+suffix occurs, so do all shorter ones). Appending a token x to a context whose longest match is
+M yields M + x when that occurs, and otherwise a suffix of M + x no longer than M, so a drafter
+moves from match to match (`extend`) without searching the whole context again; a pure function
+of (M, x), which the drafter caches.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from polyspec.vocabulary import Fingerprint
+
+MAX_MATCH = 32  # longest match considered, in tokens
+MAX_OCCURRENCES = 256  # occurrences whose continuations are counted, evenly spaced, per match
+_END = b"\xff\xff\xff\xff"  # the separator's bytes: above every token's
+
+
+class Match(NamedTuple):
+    lo: int  # the suffixes starting with the matched tokens and a continuation: sa[lo:hi]
+    hi: int
+    length: int  # matched tokens (0: the empty match, every suffix)
+
+
+def pattern_bytes(tokens: Sequence[int]) -> bytes:
+    """Token ids as the text stores them: 4 big-endian bytes each."""
+    return np.asarray(tokens, dtype=">u4").tobytes()
+
+
+class SuffixIndex:
+    """`buffer[offset:]` holds the text (big-endian uint32, a separator after every document),
+    `suffix_array` its suffixes that start with a token, in order. `fingerprint` names the
+    tokenizer whose ids the text holds, `metadata` where the text comes from."""
+
+    def __init__(
+        self,
+        buffer,
+        offset: int,
+        suffix_array: np.ndarray,
+        fingerprint: Fingerprint,
+        documents: int,
+        metadata: dict | None = None,
+    ) -> None:
+        self._buffer, self._offset = buffer, offset
+        self.suffix_array = suffix_array
+        self.text = np.frombuffer(buffer, dtype=">u4", count=len(suffix_array) + documents, offset=offset)
+        self.fingerprint = fingerprint
+        self.vocab_size = fingerprint.vocab_size
+        self.documents = documents
+        self.num_tokens = len(suffix_array)
+        self.metadata = metadata or {}
+        self.path, self.file_size = None, 0  # set when loaded from a file
+        self._sa = memoryview(np.ascontiguousarray(suffix_array))  # items are Python ints
+        self.root = Match(0, len(suffix_array), 0)
+
+    def _key(self, width: int):
+        buffer, offset = self._buffer, self._offset
+        return lambda start: buffer[offset + 4 * start : offset + 4 * start + width]
+
+    def span(self, pattern: bytes, lo: int, hi: int) -> tuple[int, int]:
+        """The suffixes in sa[lo:hi] that start with `pattern` and a token after it."""
+        key = self._key(len(pattern) + 4)
+        first = bisect_left(self._sa, pattern, lo, hi, key=key)
+        return first, bisect_left(self._sa, pattern + _END, first, hi, key=key)
+
+    def _occurs(self, pattern: bytes) -> bool:
+        key = self._key(len(pattern) + 4)
+        first = bisect_left(self._sa, pattern, 0, self.num_tokens, key=key)
+        if first == self.num_tokens:
+            return False
+        found = key(self._sa[first])
+        return found[: len(pattern)] == pattern and found[len(pattern) :] != _END
+
+    def longest(self, window: bytes, max_length: int = MAX_MATCH) -> Match:
+        """The longest suffix of `window` (pattern bytes), at most `max_length` tokens, that
+        occurs in the text followed by a token."""
+        low, high = 0, min(len(window) // 4, max_length)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if self._occurs(window[len(window) - 4 * middle :]):
+                low = middle
+            else:
+                high = middle - 1
+        if low == 0:
+            return self.root
+        return Match(*self.span(window[len(window) - 4 * low :], 0, self.num_tokens), low)
+
+    def extend(self, match: Match, window: bytes, max_length: int = MAX_MATCH) -> Match:
+        """The match after appending a token, from the match before it: `window` ends with the
+        match's tokens and the new one."""
+        length = match.length
+        if length < max_length:
+            lo, hi = self.span(window[len(window) - 4 * (length + 1) :], match.lo, match.hi)
+            if lo < hi:
+                return Match(lo, hi, length + 1)
+        return self.longest(window, min(length, max_length))
+
+    def continuations(self, match: Match, max_occurrences: int = MAX_OCCURRENCES) -> tuple[np.ndarray, np.ndarray]:
+        """(token ids ascending, counts) of what follows the match, counted over its
+        occurrences, or over `max_occurrences` of them evenly spaced in suffix order."""
+        lo, hi = match.lo, match.hi
+        if hi - lo <= max_occurrences:
+            starts = self.suffix_array[lo:hi]
+        else:
+            starts = self.suffix_array[lo + (np.arange(max_occurrences) * (hi - lo)) // max_occurrences]
+        following = self.text[starts.astype(np.int64) + match.length].astype(np.int64)  # sorted
+        if len(following) == 0:
+            return following, following
+        change = np.flatnonzero(following[1:] != following[:-1]) + 1
+        bounds = np.concatenate(([0], change, [len(following)]))
+        return following[bounds[:-1]], np.diff(bounds)
+
+    def longest_match(self, context: Sequence[int], max_length: int = MAX_MATCH) -> Match:
+        """The longest suffix of `context` (token ids) that occurs followed by a token."""
+        return self.longest(pattern_bytes(list(context)[-max_length:] if max_length else []), max_length)
