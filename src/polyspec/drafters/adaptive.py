@@ -118,6 +118,8 @@ class DepthAcceptance:
 
 # A drafter not tried for this many steps gets one short draft: it may pay again by now.
 EXPLORE_EVERY = 16
+# How much better than plain decoding a draft's expected rate must be to be sent.
+PLAIN_MARGIN = 1.02
 # Drafters cheaper than this share of a verify call propose every step (shadows).
 SHADOW_COST_SHARE = 0.1
 
@@ -242,7 +244,8 @@ class AdaptiveDrafter:
         if k <= 0:
             return EMPTY_DRAFT
         verify = self.costs(1)
-        best_rate, best_arm, best_draft, best_n = 1.0 / verify, None, None, 0
+        # A draft must beat plain decoding by a margin: a wider step also costs judging its rows.
+        best_rate, best_arm, best_draft, best_n = PLAIN_MARGIN / verify, None, None, 0
         for arm in self.arms:
             draft = None
             if arm.shadowed(verify, self._greedy):
