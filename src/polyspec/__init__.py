@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from polyspec.version import __version__
 
 # public name -> the module that defines it (a module of its own where the value is None)
 _LAZY = {
