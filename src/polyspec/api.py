@@ -165,6 +165,7 @@ class Engine:
             if tokenizer is not None:
                 raise UserError("a tokenizer goes with a loaded model: Engine(model=..., tokenizer=...)")
             verifier = load_model(model or DEFAULT_VERIFIER, dtype=dtype, device=device)
+            name = name or model or DEFAULT_VERIFIER  # the name asked for, not where it resolved to
         else:
             if tokenizer is None:
                 raise UserError("a loaded model needs its tokenizer: Engine(model=..., tokenizer=...)")
