@@ -6,6 +6,11 @@ forward; when only some are kept, `rollback` asks the model's rollback policy
 (`polyspec.state_rollback`) for a plan (crop; restore states, then crop; re-feed) and carries it
 out. Sliding-window layers (Gemma 3) keep the states they would drop until the next rollback, so
 they too can be cut back once a sequence outgrows the window.
+
+Token trees: `forward(tokens, parents=...)` feeds a tree of candidate tokens in one forward, each
+node attending to the whole cached prefix and its own ancestors only, at position cached length +
+depth; `keep(indices)` then keeps one root-to-leaf path, gathering its cache entries into place.
+Trees need a cache that cropping and gathering cut back exactly (attention layers only).
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from polyspec.state_rollback import (
 
 # Names models give the cache argument of their forward, in the order they are looked for.
 CACHE_ARGUMENTS = ("past_key_values", "cache_params", "state")
+# Attention implementations that take a custom 4D mask.
+TREE_ATTENTION = frozenset({"eager", "sdpa"})
 # Fields of a layer that holds both attention KV and a recurrent state which belong to the KV part.
 _ATTENTION_FIELDS = frozenset({"keys", "values", "cumulative_length", "is_initialized"})
 
@@ -149,6 +156,7 @@ class CachedLM:
         self._cache = None
         self._length = 0
         self._fed = False
+        self._tree: tuple[int, list[int]] | None = None  # (start, parents) of the last forward, a tree
 
     @property
     def length(self) -> int:
@@ -163,17 +171,29 @@ class CachedLM:
         self._cache = self.call.new_cache(self.model)
         self._length = 0
         self._fed = False
+        self._tree = None
         self.policy.begin()
 
     @torch.inference_mode()
-    def forward(self, tokens: list[int], num_logits: int | None = None) -> torch.Tensor:
+    def forward(
+        self, tokens: list[int], num_logits: int | None = None, parents: list[int] | None = None
+    ) -> torch.Tensor:
         """Feed `tokens` after the cached ones; returns logits [n, V] for the last `num_logits`
-        positions (all by default)."""
+        positions (all by default).
+
+        With `parents` (one per token: the index of its parent in this chunk, -1 for a node that
+        follows the last cached token; parents[i] < i), the tokens are a tree fed in one forward:
+        each node sees the cached prefix and its own ancestors, at position length + depth. Then
+        `keep` says which root-to-leaf path stays.
+        """
         if not tokens:
             raise ValueError("nothing to feed")
-        return self._feed(list(tokens), num_logits)
+        if parents is None:
+            self._tree = None
+            return self._feed(list(tokens), num_logits)
+        return self._feed_tree(list(tokens), list(parents), num_logits)
 
-    def _feed(self, tokens: list[int], num_logits: int | None) -> torch.Tensor:
+    def _feed(self, tokens: list[int], num_logits: int | None, mask=None, positions=None) -> torch.Tensor:
         start = self._length
         if start == 0 and self.policy.conv_past and self._cache is not None:
             self._record_past()  # from the very first forward: a rollback into it finds every conv input
@@ -182,16 +202,19 @@ class CachedLM:
         input_ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
         kwargs = {"input_ids": input_ids, self.call.cache_name: self._cache, "use_cache": True}
         if self.call.positions:
-            kwargs["position_ids"] = torch.arange(start, start + len(tokens), device=self.device).unsqueeze(0)
+            if positions is None:
+                positions = torch.arange(start, start + len(tokens), device=self.device)
+            kwargs["position_ids"] = positions.unsqueeze(0)
         if self.call.logits_to_keep:
             kwargs["logits_to_keep"] = num_logits or 0
+        if mask is not None:
+            kwargs["attention_mask"] = mask
         with self.policy.recording(start, tokens, self._snapshot):
             out = self.model(**kwargs)
         cache = getattr(out, self.call.cache_name, None)
         if cache is None:
-            raise UserError(
-                f"{type(self.model).__name__} returned no cache: polyspec needs one to decode incrementally"
-            )
+            name = type(self.model).__name__
+            raise UserError(f"{name} returned no cache: polyspec needs one to decode incrementally")
         self._cache = cache
         self._length += len(tokens)
         if not self._fed:
@@ -204,6 +227,136 @@ class CachedLM:
         logits = out.logits[0]
         return logits[-num_logits:] if num_logits else logits
 
+    # Token trees.
+
+    def tree_support(self) -> str | None:
+        """Why this model cannot take token trees (None: it can)."""
+        name = type(self.model).__name__
+        if not self.policy.supports_trees:
+            return f"{name} carries recurrent states: polyspec verifies chains only on it, not token trees"
+        if not (self.call.positions and self.call.attention_mask):
+            return f"{name} takes no position ids or attention mask: polyspec cannot feed it token trees"
+        implementation = getattr(self.model.config, "_attn_implementation", None) or "eager"
+        if implementation not in TREE_ATTENTION:
+            return f"{name} runs {implementation} attention, which takes no tree mask: use eager or sdpa"
+        layer_types = getattr(self.model.config.get_text_config(decoder=True), "layer_types", None) or []
+        unusual = sorted(set(layer_types) - {"full_attention", "sliding_attention"})
+        if unusual:
+            return f"{name} has {', '.join(unusual)} layers: polyspec feeds token trees to full and sliding attention"
+        return None
+
+    def _feed_tree(self, tokens: list[int], parents: list[int], num_logits: int | None) -> torch.Tensor:
+        reason = self.tree_support()
+        if reason is not None:
+            raise UserError(reason)
+        if len(parents) != len(tokens):
+            raise ValueError(f"{len(tokens)} tokens but {len(parents)} parents")
+        depths: list[int] = []
+        for i, parent in enumerate(parents):
+            if not -1 <= parent < i:
+                raise ValueError(f"node {i} has parent {parent}: parents must come before their children")
+            depths.append(0 if parent == -1 else depths[parent] + 1)
+        if self._cache is None:
+            self.reset()
+        self._record_past()  # sliding layers keep every node until `keep` gathers the path
+        start = self._length
+        mask = self._tree_mask(parents, depths)
+        positions = torch.tensor(depths, dtype=torch.long, device=self.device) + start
+        logits = self._feed(tokens, num_logits, mask=mask, positions=positions)
+        self._tree = (start, parents)
+        return logits
+
+    def _tree_mask(self, parents: list[int], depths: list[int]):
+        """A 4D float mask (0: seen, dtype minimum: hidden) per kind of attention layer, as the
+        model takes it: one tensor when all its layers are alike, else one per layer type."""
+        from transformers.cache_utils import DummyLayer, DynamicSlidingWindowLayer
+
+        n, start = len(parents), self._length
+        ancestors = torch.zeros(n, n, dtype=torch.bool)
+        for i, parent in enumerate(parents):
+            if parent >= 0:
+                ancestors[i] = ancestors[parent]
+            ancestors[i, i] = True
+        ancestors = ancestors.to(self.device)
+        depth = torch.tensor(depths, device=self.device)
+        dtype = self.model.dtype
+        hidden = torch.finfo(dtype).min
+
+        def build(layer) -> torch.Tensor:
+            window = layer.sliding_window if isinstance(layer, DynamicSlidingWindowLayer) else None
+            kv_length, kv_offset = layer.get_mask_sizes(n) if layer is not None else (start + n, 0)
+            column = torch.arange(kv_offset, kv_offset + kv_length, device=self.device)
+            seen = torch.zeros(n, kv_length, dtype=torch.bool, device=self.device)
+            prefix = column < start
+            seen[:, prefix] = True
+            seen[:, -n:] = ancestors
+            if window is not None:  # a node at position start + d sees the last `window` positions
+                logical = torch.where(prefix, column, start + depth[(column - start).clamp(min=0, max=n - 1)])
+                seen &= logical[None, :] > (start + depth)[:, None] - window
+            mask = torch.zeros(n, kv_length, dtype=dtype, device=self.device).masked_fill_(~seen, hidden)
+            return mask[None, None]
+
+        layers = self._layers()
+        kinds: list[object] = []
+        masks: dict[object, torch.Tensor] = {}
+        for layer in layers:
+            if isinstance(layer, DummyLayer):
+                kinds.append(None)
+                continue
+            kind = layer.sliding_window if isinstance(layer, DynamicSlidingWindowLayer) else "full"
+            kinds.append(kind)
+            if kind not in masks:
+                masks[kind] = build(layer)
+        if not masks:
+            return build(None)
+        if len(masks) == 1:
+            return next(iter(masks.values()))
+        layer_types = self.model.config.get_text_config(decoder=True).layer_types
+        return {name: masks[kind] for name, kind in zip(layer_types, kinds, strict=True) if kind is not None}
+
+    @torch.inference_mode()
+    def keep(self, indices: list[int]) -> None:
+        """After a tree forward, keep only the nodes at `indices` (a root-to-leaf path: ascending
+        chunk indices starting with 0), gathering their cache entries into place; the cache then
+        holds exactly its length before the tree plus len(indices) tokens."""
+        from transformers.cache_utils import DummyLayer, DynamicIndexedLayer, DynamicSlidingWindowLayer
+
+        if self._tree is None:
+            raise ValueError("keep follows a tree forward")
+        start, parents = self._tree
+        indices = list(indices)
+        if not indices or indices[0] != 0:
+            raise ValueError(f"a kept path starts at node 0, got {indices}")
+        for before, node in zip([-1, *indices], indices, strict=False):
+            if not 0 <= node < len(parents) or parents[node] != before:
+                raise ValueError(f"nodes {indices} are not a root-to-leaf path of the tree")
+        n, kept = len(parents), len(indices)
+        self._tree = None
+        if indices == list(range(kept)):  # already in place
+            self._cut(start + kept)
+            self.policy.settled(start + kept)
+            return
+        index = torch.tensor(indices, dtype=torch.long, device=self.device)
+
+        def gather(tensor: torch.Tensor, dim: int) -> torch.Tensor:
+            head = tensor.shape[dim] - n
+            return torch.cat([tensor.narrow(dim, 0, head), tensor.narrow(dim, head, n).index_select(dim, index)], dim)
+
+        for layer in self._layers():
+            if isinstance(layer, DummyLayer) or not layer.is_initialized or layer.keys is None:
+                continue
+            layer.keys, layer.values = gather(layer.keys, -2), gather(layer.values, -2)
+            if isinstance(layer, DynamicIndexedLayer):
+                if layer.is_indexer_initialized and layer.indexer_keys.numel():
+                    layer.indexer_keys = gather(layer.indexer_keys, 1)
+                if layer.indexer_position_ids is not None:
+                    layer.indexer_position_ids = gather(layer.indexer_position_ids, -1)
+            if isinstance(layer, DynamicSlidingWindowLayer):
+                layer.cumulative_length -= n - kept
+        self._cut(self._length)  # trims the sliding windows
+        self._length = start + kept
+        self.policy.settled(start + kept)
+
     def rollback(self, length: int) -> None:
         """Leave the cache as if only its first `length` tokens had been fed (also trims sliding
         windows and recorded convolution inputs)."""
@@ -211,6 +364,11 @@ class CachedLM:
             raise ValueError(f"cannot roll back to {length} tokens: only {self._length} cached")
         if not self._fed:  # nothing fed yet
             return
+        if self._tree is not None:
+            start, parents = self._tree
+            if any(parents[i] != i - 1 for i in range(length - start)):
+                raise ValueError("after a tree forward, keep a path with `keep`; rollback cuts back chains")
+            self._tree = None
         if length == 0:
             self.reset()
             return
