@@ -22,7 +22,8 @@ from polyspec.tasks import build_prompts, corpus_text
 from polyspec.assets.languages import get_language
 from polyspec.decoding import Decoder
 from polyspec.drafters.ngram import NGramDrafter, NGramOptions
-from polyspec.ngram import load, train
+from polyspec.ngram import load
+from polyspec.ngram.train import train
 from polyspec.ngram_distill import SelfCorpusSettings, Shards, generate_corpus
 from polyspec.sampling import STUDY_SAMPLING, SamplingConfig
 from polyspec.specs import load_model

@@ -105,8 +105,8 @@ def _register_subcommands() -> None:
     """Command groups live next to the code they drive."""
     import importlib
 
-    modules = ("ngram", "suffix", "assets", "bench", "distill", "serve")
-    for module_name in (f"polyspec.{name}.cli" for name in modules):
+    modules = ("commands.ngram", "commands.suffix", "assets.cli", "bench.cli", "distill.cli", "serve.cli")
+    for module_name in (f"polyspec.{name}" for name in modules):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:

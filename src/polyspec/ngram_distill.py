@@ -81,14 +81,22 @@ class Shards:
         self.path = directory / "samples.jsonl"
 
     def read(self) -> list[dict]:
+        """The complete samples; a line an interruption cut short is cut off the file, so that
+        what is appended next follows the last complete sample."""
         if not self.path.exists():
             return []
-        samples = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        samples, good = [], 0
+        data = self.path.read_bytes()
+        for line in data.splitlines(keepends=True):
             try:
+                if not line.endswith(b"\n"):
+                    raise ValueError
                 samples.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # the line an interruption cut short, and nothing after it
+            except ValueError:
+                break
+            good += len(line)
+        if good < len(data):
+            os.truncate(self.path, good)
         return samples
 
     def append(self, samples: list[dict]) -> None:
@@ -203,7 +211,7 @@ def distill_ngram(
 
     With `mix` (documents of a real corpus), counts add up: the verifier's samples count
     `mix_weight` times each, the real documents once."""
-    from polyspec.ngram import train
+    from polyspec.ngram.train import train
 
     if order < 1:
         raise UserError(f"order must be >= 1, got {order}")

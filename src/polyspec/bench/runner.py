@@ -19,7 +19,6 @@ from pathlib import Path
 
 import torch
 
-import polyspec
 from polyspec.bench.grid import BenchConfig, record_key
 from polyspec.bench.metrics import chrf, cost_ratio, first_divergence, predicted_speedup
 from polyspec.bench.results import ResultsLog
@@ -31,6 +30,7 @@ from polyspec.sampling import STUDY_SAMPLING, SamplingConfig
 from polyspec.specs import load_model, make_drafter, model_path, parse_drafter
 from polyspec.tasks import Prompt, build_prompts, copy4, corpus_text, cut_at_stop, distinct2
 from polyspec.types import Generation
+from polyspec.version import __version__
 
 NO_STOP: frozenset[int] = frozenset()
 # The benchmark's n-gram drafters: (order, None for the grid's `ngram_order`; drafting options).
@@ -45,7 +45,7 @@ def git_commit() -> str:
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"],
-            cwd=Path(polyspec.__file__).parent,
+            cwd=Path(__file__).parent,
             capture_output=True,
             text=True,
             timeout=5,
@@ -108,7 +108,7 @@ class BenchRunner:
         self.load = load or (lambda name: load_model(name, dtype=verifier.dtype_name, device=str(verifier.device)))
         self._drafters: dict[tuple[str, str], object] = {}
         self.meta = {
-            "version": polyspec.__version__,
+            "version": __version__,
             "commit": git_commit(),
             "dtype": str(next(verifier.model.parameters()).dtype).removeprefix("torch."),
             "device": str(verifier.device),
