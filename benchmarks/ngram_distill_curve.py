@@ -17,8 +17,6 @@ import statistics
 import time
 from pathlib import Path
 
-from polyspec.tasks import build_prompts, corpus_text
-
 from polyspec.assets.languages import get_language
 from polyspec.decoding import Decoder
 from polyspec.drafters.ngram import NGramDrafter, NGramOptions
@@ -27,6 +25,7 @@ from polyspec.ngram.train import train
 from polyspec.ngram_distill import SelfCorpusSettings, Shards, generate_corpus
 from polyspec.sampling import STUDY_SAMPLING, SamplingConfig
 from polyspec.specs import load_model
+from polyspec.tasks import build_prompts, corpus_text
 
 MODES = {"sample": STUDY_SAMPLING, "greedy": SamplingConfig()}
 
