@@ -21,3 +21,7 @@ def load(path):
     from polyspec.ngram.storage import load as read
 
     return NGramModel(read(path))
+
+
+# The trainer, as `polyspec.ngram.train(tokenizer, documents, order=..., out=...)`.
+from polyspec.ngram.train import train  # noqa: E402
