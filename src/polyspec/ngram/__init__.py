@@ -24,4 +24,4 @@ def load(path):
 
 
 # The trainer, as `polyspec.ngram.train(tokenizer, documents, order=..., out=...)`.
-from polyspec.ngram.train import train  # noqa: E402
+from polyspec.ngram.train import train as train  # noqa: E402
