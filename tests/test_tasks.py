@@ -7,11 +7,11 @@ import re
 import pytest
 from test_assets_fakes import install_fake_udhr, paragraph_text
 
+from polyspec import tasks
 from polyspec.assets import languages
 from polyspec.assets.languages import Language, language_from_files
-from polyspec import tasks
-from polyspec.tasks import build_prompts, copy4, corpus_text, distinct2, held_out
 from polyspec.errors import UserError
+from polyspec.tasks import build_prompts, copy4, corpus_text, distinct2, held_out
 
 FAKE_LANGUAGES = ("oci", "ber", "chr", "zh", "yor")
 

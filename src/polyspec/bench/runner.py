@@ -373,6 +373,7 @@ def run_bench(config: BenchConfig, out_dir: Path, resume: bool, show_progress: b
         from polyspec.bench.recipe import dry_run_model as load
 
         config = replace(config, dtype="float32", device="cpu", max_new_tokens=max(config.gammas) + 1)
+        torch.set_num_threads(1)  # tiny models gain nothing from more threads, which only wait on a busy CPU
     languages = resolve_grid_languages(config)
     units = plan_units(config, languages)
     if load is None:
