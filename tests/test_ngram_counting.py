@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 
 import numpy as np
@@ -122,7 +123,7 @@ def test_train_from_strings_equals_brute_force(tmp_path, tokenizer, monkeypatch)
     from polyspec.ngram import load
     from polyspec.ngram.train import train
 
-    monkeypatch.setattr("polyspec.ngram.train.BATCH_DOCUMENTS", 2)  # several batches, one all empty
+    monkeypatch.setattr(sys.modules["polyspec.ngram.train"], "BATCH_DOCUMENTS", 2)  # several batches, one empty
     documents = WORD_DOCUMENTS + ["", ""] + WORD_DOCUMENTS
     out = tmp_path / "m.ngram"
     report = train(tokenizer, iter(documents), 3, out, show_progress=False, chunk_tokens=7, metadata={"run": "x"})
