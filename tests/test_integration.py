@@ -29,15 +29,13 @@ def test_bos_is_added(gemma):
 
 
 def test_greedy_identity_on_the_real_verifier(gemma, tmp_path):
-    from polyspec.bench.tasks import build_prompts, corpus_text
     from polyspec.decoding import Decoder
     from polyspec.ngram.train import train
     from polyspec.specs import make_drafter
+    from polyspec.tasks import build_prompts, corpus_text
 
-    corpus = tmp_path / "yor.txt"
-    corpus.write_text("\n".join(corpus_text("yor")), encoding="utf-8")
     model_path = tmp_path / "yor.ngram"
-    train("gemma3-270m", [corpus], 3, model_path, show_progress=False)
+    train(gemma.tokenizer, corpus_text("yor"), 3, model_path, show_progress=False)
     decoder = Decoder(gemma)
     prompts = [p.text for p in build_prompts("yor", "continuation", limit=2)]
     prompts.append("Article 1. All human beings are born free and equal. Article 2. All human beings")
