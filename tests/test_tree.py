@@ -6,19 +6,31 @@ exact distribution of plain sampling."""
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import run_cli, save, tiny_gemma, tiny_llama
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
+from test_decoding import SAMPLING, check_sampling_is_exact, hf_greedy, random_prompts
 
 from polyspec.acceptance import greedy_tree_verdict, node_outcomes, tree_rejection_verdict
+from polyspec.decoding import Decoder
+from polyspec.drafters.model import ModelDrafter
+from polyspec.drafters.prompt_lookup import PromptLookupDrafter
+from polyspec.errors import UserError
+from polyspec.models import LoadedModel
+from polyspec.ngram.train import train_files
 from polyspec.sampling import LogitsProcessor, SamplingConfig
+from polyspec.specs import make_drafter
 from polyspec.tree import ROOT, TokenTree, best_first, select_by_score
+from polyspec.types import EMPTY_DRAFT
 
 VOCAB = 8
 BASE = [3, 1, 4, 1, 5]  # the context before the tree: the repetition penalty sees it
@@ -373,3 +385,164 @@ def test_sampled_stochastic_tree_verdicts_follow_the_target():
     shape = {(): 2, (0,): 2, (1,): 1}
     samples = sampled_sequences(lambda g: draw_stochastic_tree(shape, draft, g), target, 3, 5000, seed=1)
     assert chi_square(samples, plain_joint(target, 3)) > 1e-3
+
+
+# The engine: trees through the decoder and the command line.
+
+
+@pytest.fixture(scope="module")
+def draft_model(draft_dir):
+    return LoadedModel.load(str(draft_dir), dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def ngram_path(tmp_path_factory, verifier, tokenizer) -> Path:
+    """An order-3 model of the verifier's own greedy text and of word salad."""
+    root = tmp_path_factory.mktemp("tree-ngram")
+    decoder = Decoder(verifier)
+    rng = random.Random(0)
+    lines = []
+    for _ in range(12):
+        prompt = [rng.randrange(4, 64) for _ in range(4)]
+        continuation = decoder.generate([2, *prompt], max_new_tokens=40, eos_token_ids=frozenset()).token_ids
+        lines.append(" ".join(tokenizer.convert_ids_to_tokens(prompt + continuation)))
+    for _ in range(30):
+        lines.append(" ".join(f"w{rng.randrange(60)}" for _ in range(rng.randint(1, 12))))
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path = root / "order3.ngram"
+    train_files(tokenizer, [corpus], 3, path, show_progress=False)
+    return path
+
+
+class Branches:
+    """Wraps a tree drafter and counts the trees that really branched."""
+
+    def __init__(self, drafter) -> None:
+        self.drafter, self.branched, self.trees = drafter, 0, 0
+
+    def start(self, prompt_ids, processor, generator) -> None:
+        self.drafter.start(prompt_ids, processor, generator)
+
+    def propose(self, context, k):
+        return self.drafter.propose(context, k)
+
+    def propose_tree(self, context, budget, max_depth):
+        tree = self.drafter.propose_tree(context, budget, max_depth)
+        assert len(tree) <= budget and tree.depth <= max_depth
+        self.trees += 1
+        self.branched += not tree.is_chain
+        return tree
+
+
+def tree_drafters(verifier, draft_model, ngram_path) -> dict:
+    return {
+        "prompt-lookup": PromptLookupDrafter(1, 3),
+        "ngram": make_drafter(f"ngram:{ngram_path}", verifier),
+        "ngram+context": make_drafter(f"ngram:{ngram_path}+context", verifier),
+        "model": ModelDrafter(draft_model, verifier.vocab_size),
+    }
+
+
+@pytest.mark.parametrize("penalty", [1.0, 1.3])
+def test_greedy_tree_decoding_equals_transformers_for_every_drafter(verifier, draft_model, ngram_path, penalty):
+    decoder = Decoder(verifier)
+    sampling = SamplingConfig(temperature=0.0, repetition_penalty=penalty)
+    max_new = 30  # several times the sliding window of 8
+    drafters = {name: Branches(d) for name, d in tree_drafters(verifier, draft_model, ngram_path).items()}
+    accepted = dict.fromkeys(drafters, 0)
+    for prompt in random_prompts(6, seed=3):
+        expected = hf_greedy(verifier.model, prompt, max_new, repetition_penalty=penalty)
+        for (name, drafter), (gamma, budget) in itertools.product(drafters.items(), [(2, 4), (3, 8), (5, 16)]):
+            result = decoder.generate(
+                prompt, drafter, gamma=gamma, tree=budget, sampling=sampling, max_new_tokens=max_new
+            )
+            assert result.token_ids == expected, (name, gamma, budget, prompt)
+            s = result.stats
+            assert s.new_tokens == s.accepted + s.verifier_calls
+            assert s.nodes_verified == s.proposed + s.verifier_calls
+            accepted[name] += s.accepted
+    assert all(accepted.values()), accepted  # the drafts were not all rejected
+    assert all(d.branched for d in drafters.values()), {n: d.branched for n, d in drafters.items()}
+
+
+@pytest.mark.parametrize("family", ["gemma", "llama"])
+def test_generate_with_trees_equals_transformers(
+    monkeypatch, capsys, tmp_path, tokenizer, draft_dir, ngram_path, family
+):
+    model = tiny_gemma(seed=11) if family == "gemma" else tiny_llama(seed=11)
+    path = save(model, tokenizer, tmp_path / family)
+    prompt = "w5 w6 w7 w5 w6 w7 w9 w5 w6"
+    ids = tokenizer(prompt)["input_ids"]
+    expected = hf_greedy(model, ids, 30)
+    specs = ["prompt-lookup", f"ngram:{ngram_path}+context", f"ngram:{ngram_path}", f"model:{draft_dir}"]
+    for spec, (gamma, budget) in itertools.product(specs, [(3, 8), (4, 16)]):
+        code, out, err = run_cli(
+            monkeypatch, capsys, "generate", "--verifier", str(path), "--drafter", spec, "--gamma", str(gamma),
+            "--tree", str(budget), "--prompt", prompt, "--max-new-tokens", "30", "--dtype", "float32", "--json",
+        )  # fmt: skip
+        assert code == 0, err
+        result = json.loads(out)
+        assert result["token_ids"] == expected, (spec, gamma, budget)
+        stats = result["stats"]
+        assert stats["nodes_verified"] == stats["proposed"] + stats["verifier_calls"]
+
+
+def test_tree_settings_are_user_errors(monkeypatch, capsys, verifier_dir, verifier):
+    code, _, err = run_cli(
+        monkeypatch, capsys, "generate", "--verifier", str(verifier_dir), "--drafter", "prompt-lookup",
+        "--gamma", "4", "--tree", "3", "--prompt", "w5 w6", "--dtype", "float32",
+    )  # fmt: skip
+    assert code == 2 and "--tree >= 4" in err and len(err.strip().splitlines()) == 1
+
+    class ChainsOnly:
+        def start(self, prompt_ids, processor, generator) -> None:
+            pass
+
+        def propose(self, context, k):
+            return EMPTY_DRAFT
+
+    with pytest.raises(UserError, match="chains only"):
+        Decoder(verifier).generate([2, 5], ChainsOnly(), tree=8)
+
+
+def test_hybrid_models_verify_chains_only(tokenizer):
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    torch.manual_seed(1)
+    config = Qwen3_5TextConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, linear_conv_kernel_dim=4, linear_key_head_dim=8,
+        linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4, pad_token_id=0,
+        eos_token_id=1, bos_token_id=2,
+    )  # fmt: skip
+    hybrid = LoadedModel(model=Qwen3_5ForCausalLM(config).eval(), tokenizer=tokenizer, name="tiny-qwen3.5")
+    with pytest.raises(UserError, match="chains only"):
+        Decoder(hybrid).generate([2, 5, 6], PromptLookupDrafter(), gamma=3, tree=8)
+    assert len(Decoder(hybrid).generate([2, 5, 6], PromptLookupDrafter(), gamma=3, max_new_tokens=5).token_ids) == 5
+
+
+def branching_prompt(verifier) -> list[int]:
+    """A prompt whose suffix occurred before with several continuations that together hold a
+    good part of the verifier's sampling mass after it, so prompt lookup's branches are used."""
+    rng = random.Random(5)
+    processor = LogitsProcessor(SAMPLING)
+    for _ in range(200):
+        motif = [rng.randrange(4, 64) for _ in range(2)]
+        prompt = [2, *itertools.chain.from_iterable([*motif, rng.randrange(4, 64)] for _ in range(3)), *motif]
+        with torch.inference_mode():
+            logits = verifier.model(torch.tensor([prompt])).logits[0, -1:]
+        probs = processor.probs(logits, prompt, len(prompt))[0]
+        roots = PromptLookupDrafter(1, 3).propose_tree(prompt, 6, 2)
+        if float(probs[[roots.tokens[c] for c in roots.children(ROOT)]].sum()) > 0.4:
+            return prompt
+    raise AssertionError("no prompt found")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["prompt-lookup", "ngram+context", "model"])
+def test_sampled_tree_decoding_follows_the_exact_distribution(verifier, draft_model, ngram_path, name):
+    drafter = Branches(tree_drafters(verifier, draft_model, ngram_path)[name])
+    prompt = branching_prompt(verifier) if name == "prompt-lookup" else None
+    check_sampling_is_exact(verifier, drafter, trials=800, tree=6, prompt=prompt)
+    assert drafter.branched > drafter.trees // 4

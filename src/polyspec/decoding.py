@@ -103,11 +103,8 @@ class Decoder:
         drafter = drafter or NoDrafter()
         check_budget(gamma, max_new_tokens)
         check_tree(tree, gamma)
-        if tree and not self.lm.policy.supports_trees:
-            raise UserError(
-                f"token trees need a model whose cache can gather a path: {type(self.verifier.model).__name__} "
-                f"has recurrent layers ({self.lm.policy.name} rollback), so it verifies chains only (drop --tree)"
-            )
+        if tree and (reason := self.lm.tree_support()) is not None:
+            raise UserError(f"{reason} (drop --tree)")
         if tree and not can_branch(drafter):
             raise UserError(
                 f"{type(drafter).__name__} drafts chains only: drop --tree or choose a drafter that branches"

@@ -10,7 +10,7 @@ once, each seeing its own ancestors, and gives the children of every node of the
 The `width` most probable nodes of a level are expanded, each into its `width` most probable
 next tokens (point masses, in greedy and sampling mode alike), unless its estimated path
 probability cannot reach the budget's best; the tree is then the `budget` candidates of highest
-path probability. A recurrent draft model, whose cache cannot hold a tree, drafts a chain.
+path probability. A draft model that cannot take trees (recurrent layers) drafts a chain.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class ModelDrafter:
     def propose_tree(self, context: Sequence[int], budget: int, max_depth: int) -> TokenTree:
         if budget <= 0 or max_depth <= 0:
             return EMPTY_TREE
-        if not self.lm.policy.supports_trees:
+        if self.lm.tree_support() is not None:
             chain = self.propose(context, min(budget, max_depth))
             return TokenTree.chain(chain.tokens, chain.probs)
         context = list(context)
