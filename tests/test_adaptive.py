@@ -80,14 +80,15 @@ def test_greedy_identity_with_transformers(verifier, draft_dir, gamma):
 
 
 def test_a_drafter_that_never_pays_ends_in_plain_decoding(verifier):
-    adaptive = AdaptiveDrafter({"unk": UnknownDrafter()}, FLAT_COSTS)
+    # Measured costs only: observed step times on a shared machine would make this a coin toss.
+    costs = VerifyCosts((1, 2, 4, 8), (1.0, 1.03, 1.05, 1.1))
+    adaptive = AdaptiveDrafter({"unk": UnknownDrafter()}, costs, observe_costs=False)
     decoder = Decoder(verifier)
     for i, prompt in enumerate(random_prompts(8, seed=1)):
         if i == 4:
             adaptive.route.clear()  # what it does once it has learnt is what counts
         decoder.generate(prompt, adaptive, gamma=4, max_new_tokens=40)
-    # Step times on a shared machine are noisy, so a few drafts still look worth a try.
-    assert adaptive.route[""] > 0.5 * sum(adaptive.route.values())
+    assert adaptive.route[""] > 0.9 * sum(adaptive.route.values())
 
 
 class OracleDrafter:

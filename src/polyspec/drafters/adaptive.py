@@ -198,7 +198,10 @@ class StepCosts:
 class AdaptiveDrafter:
     """Routes among drafters and sizes each draft by the expected tokens per second."""
 
-    def __init__(self, drafters: dict[str, Drafter], costs: VerifyCosts, max_depth: int = 8) -> None:
+    def __init__(
+        self, drafters: dict[str, Drafter], costs: VerifyCosts, max_depth: int = 8, observe_costs: bool = True
+    ) -> None:
+        self.observe_costs = observe_costs  # off: trust the measured curve alone (reproducible choices)
         self.arms = [_Arm(name, drafter, max_depth) for name, drafter in drafters.items()]
         self.costs = StepCosts(costs)
         self.max_depth = max_depth
@@ -229,7 +232,7 @@ class AdaptiveDrafter:
         return best_n, best
 
     def propose(self, context: Sequence[int], k: int) -> Draft:
-        if self._sent is not None:
+        if self._sent is not None and self.observe_costs:
             width, began = self._sent
             self.costs.record(width, time.perf_counter() - began)
         draft = self._choose(context, k)
