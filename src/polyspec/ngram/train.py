@@ -72,9 +72,9 @@ def _check(tokenizer, order: int, min_count: int, out: Path) -> None:
 
 
 @contextmanager
-def _progress(enabled: bool, total_bytes: int | None) -> Iterator[Callable[..., None]]:
+def progress_bar(enabled: bool, total_bytes: int | None, label: str = "counting") -> Iterator[Callable[..., None]]:
     """Yields update(nbytes=..., tokens=...): a rich bar on stderr, or nothing. Without a total
-    (documents from an iterable) it shows tokens only."""
+    (documents from an iterable) it shows tokens only. The suffix index builder shares it."""
     if not enabled:
         yield lambda **_: None
         return
@@ -83,10 +83,10 @@ def _progress(enabled: bool, total_bytes: int | None) -> Iterator[Callable[..., 
     from rich.progress import TransferSpeedColumn as Speed
 
     tokens = TextColumn("{task.fields[tokens]:,} tokens")
-    columns = [TextColumn("counting"), BarColumn(), DownloadColumn(), Speed(), tokens, TimeRemainingColumn()]
+    columns = [TextColumn(label), BarColumn(), DownloadColumn(), Speed(), tokens, TimeRemainingColumn()]
     columns = columns if total_bytes else [columns[0], tokens]
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("count", total=total_bytes, tokens=0)
+        task = progress.add_task(label, total=total_bytes, tokens=0)
         state = {"tokens": 0}
 
         def update(nbytes: int = 0, tokens: int = 0) -> None:
@@ -96,13 +96,14 @@ def _progress(enabled: bool, total_bytes: int | None) -> Iterator[Callable[..., 
         yield update
 
 
-def _batches(documents: Iterable[str]) -> Iterator[list[str]]:
+def document_batches(documents: Iterable[str]) -> Iterator[list[str]]:
+    """The non-empty documents of an iterable of strings, in batches for the tokenizer."""
     if isinstance(documents, str | bytes):
         raise TypeError("documents must be an iterable of strings, not one string")
     iterator = iter(documents)
     while chunk := list(itertools.islice(iterator, BATCH_DOCUMENTS)):
         if not all(isinstance(d, str) for d in chunk):
-            raise TypeError("documents must be strings (for corpus files use train_files)")
+            raise TypeError("documents must be strings (corpus files are read by train_files and build_files)")
         if batch := [d for d in chunk if d]:
             yield batch
 
@@ -123,8 +124,8 @@ def train(
     is stored in the file with the training text's hash."""
     out = Path(out)
     _check(tokenizer, order, min_count, out)
-    with _progress(show_progress, None) as update:
-        return _train(tokenizer, _batches(documents), order, out, min_count, metadata, chunk_tokens, update)
+    with progress_bar(show_progress, None) as update:
+        return _train(tokenizer, document_batches(documents), order, out, min_count, metadata, chunk_tokens, update)
 
 
 def file_sha256(path: Path) -> str:
@@ -154,7 +155,7 @@ def train_files(
     files = corpus_files([Path(p) for p in paths])
     sources = [{"file": str(p), "bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in files]
     described = {"corpus": sources, "record_format": dict(record_format.__dict__), **(metadata or {})}
-    with _progress(show_progress, sum(s["bytes"] for s in sources)) as update:
+    with progress_bar(show_progress, sum(s["bytes"] for s in sources)) as update:
         batches = (
             batch
             for path in files

@@ -8,11 +8,9 @@ the sorting's work arrays (about 40 bytes per token) must fit in memory.
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,12 +19,10 @@ import numpy as np
 from polyspec.errors import UserError
 from polyspec.ngram.corpus import RecordFormat, corpus_files, read_documents
 from polyspec.ngram.tokenize import BatchEncoder
-from polyspec.ngram.train import check_output, file_sha256
+from polyspec.ngram.train import check_output, document_batches, file_sha256, progress_bar
 from polyspec.suffix.array import SEPARATOR, suffix_array
 from polyspec.suffix.storage import save
 from polyspec.vocabulary import fingerprint
-
-BATCH_DOCUMENTS = 4096  # documents handed to the tokenizer at once
 
 
 @dataclass
@@ -56,41 +52,6 @@ def token_text(arrays: list[np.ndarray], lengths: list[np.ndarray]) -> np.ndarra
     return text
 
 
-@contextmanager
-def _progress(enabled: bool, total_bytes: int | None) -> Iterator[Callable[..., None]]:
-    """Yields update(nbytes=..., tokens=...): a rich bar on stderr while tokenising, or nothing."""
-    if not enabled:
-        yield lambda **_: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-    from rich.progress import TransferSpeedColumn as Speed
-
-    tokens = TextColumn("{task.fields[tokens]:,} tokens")
-    columns = [TextColumn("tokenising"), BarColumn(), DownloadColumn(), Speed(), tokens, TimeRemainingColumn()]
-    columns = columns if total_bytes else [columns[0], tokens]
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("tokenise", total=total_bytes, tokens=0)
-        seen = [0]
-
-        def update(nbytes: int = 0, tokens: int = 0) -> None:
-            seen[0] += tokens
-            bar.update(task, advance=nbytes, tokens=seen[0])
-
-        yield update
-
-
-def _batches(documents: Iterable[str]) -> Iterator[list[str]]:
-    if isinstance(documents, str | bytes):
-        raise TypeError("documents must be an iterable of strings, not one string")
-    iterator = iter(documents)
-    while chunk := list(itertools.islice(iterator, BATCH_DOCUMENTS)):
-        if not all(isinstance(d, str) for d in chunk):
-            raise TypeError("documents must be strings (for corpus files use build_files)")
-        if batch := [d for d in chunk if d]:
-            yield batch
-
-
 def _check(tokenizer, out: Path) -> None:
     if isinstance(tokenizer, str | os.PathLike):
         raise TypeError("building takes a tokenizer object; resolve a name with polyspec.specs.load_tokenizer")
@@ -101,7 +62,7 @@ def build(tokenizer, documents: Iterable[str], out, *, metadata: dict | None = N
     """Index `documents` (strings, each one document; empty ones skipped) in `tokenizer`'s ids."""
     out = Path(out)
     _check(tokenizer, out)
-    return _build(tokenizer, _batches(documents), out, metadata or {}, lambda **_: None)
+    return _build(tokenizer, document_batches(documents), out, metadata or {}, lambda **_: None)
 
 
 def build_files(
@@ -119,7 +80,7 @@ def build_files(
     files = corpus_files([Path(p) for p in paths])
     sources = [{"file": str(p), "bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in files]
     described = {"corpus": sources, "record_format": dict(record_format.__dict__), **(metadata or {})}
-    with _progress(show_progress, sum(s["bytes"] for s in sources)) as update:
+    with progress_bar(show_progress, sum(s["bytes"] for s in sources), "tokenising") as update:
         batches = (batch for path in files for batch in read_documents(path, record_format, lambda n: update(nbytes=n)))
         return _build(tokenizer, batches, out, described, update)
 
