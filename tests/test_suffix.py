@@ -106,7 +106,7 @@ def test_suffix_array_of_repeated_documents():
 def test_longest_match_and_counts_equal_a_brute_force_search(seed):
     rng = random.Random(seed)
     vocab = rng.choice([2, 3, 6])
-    documents = random_documents(rng, vocab, 30)
+    documents = random_documents(rng, vocab, rng.choice([30, 120]))  # spans long and short
     index = index_of(documents, vocab)
     text = index.text.tolist()
     for trial in range(25):
@@ -123,6 +123,9 @@ def test_longest_match_and_counts_equal_a_brute_force_search(seed):
         ids, counts = index.continuations(match, limit)
         if length:
             assert dict(zip(ids.tolist(), counts.tolist(), strict=True)) == dict(expected)
+            top = max(expected.values())
+            best = min(token for token, count in expected.items() if count == top)
+            assert index.most_frequent(match, limit) == (best, pytest.approx(top / sum(expected.values())))
         assert list(ids) == sorted(ids)
 
 
@@ -318,6 +321,13 @@ def test_the_drafter_takes_an_index_object(verifier):
     assert drafter.propose([2, 5, 6], 4).tokens == [7, 8]  # the tie 7/9 goes to the smaller id
     assert drafter.propose([2, 5, 6, 9], 4).tokens == []  # nothing follows 9 in the corpus
     assert drafter.propose([2, 11], 4).tokens == []  # 11 never occurs
+
+
+def test_tokens_the_verifier_cannot_emit_are_never_drafted(verifier):
+    # 40 follows 5 most often, but a verifier of 30 tokens cannot emit it: the next best is drafted
+    index = index_of([[5, 40], [5, 40], [5, 7]], verifier.vocab_size)
+    assert started(SuffixDrafter(index, 30), greedy=True).propose([2, 5], 1).tokens == [7]
+    assert started(SuffixDrafter(index, 30), greedy=False).propose([2, 5], 1).tokens == [7]
 
 
 # ---------------------------------------------------------------- the command line

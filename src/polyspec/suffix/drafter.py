@@ -48,7 +48,8 @@ class SuffixDrafter:
         self.greedy = True
         self.generator: torch.Generator | None = None
         self._moves: dict = {}  # (lo, length, token) -> the match after the token
-        self._rows: dict = {}  # (lo, length) -> (ids, probs, cumulative, best token, its probability) or None
+        self._best: dict = {}  # (lo, length) -> greedy prediction
+        self._rows: dict = {}  # (lo, length) -> sampling prediction
         self._reset()
 
     def _reset(self) -> None:
@@ -92,45 +93,50 @@ class SuffixDrafter:
         if self.cache is not None:
             self.cache.sync(context)
 
-    def _row(self, match):
-        """What follows the match: (ids, float32 probabilities, their float64 running sum, the
-        best token, its probability), or None for the empty match or no usable continuation."""
+    def _prediction(self, match):
+        """What the corpus predicts after the match, or None for the empty match. Greedy:
+        (best token, its probability); sampling: (ids, float32 probabilities, their float64
+        running sum, the largest probability). Kept by match."""
         if match.length == 0:
             return None
         key = (match.lo, match.length)
-        if key in self._rows:
-            return self._rows[key]
-        ids, counts = self.index.continuations(match, self.options.max_occurrences)
-        keep = ids < self.usable_vocab
-        if not keep.all():
-            ids, counts = ids[keep], counts[keep]
-        row = None
-        if len(ids):
-            total = float(counts.sum())
-            best = int(np.argmax(counts))  # the first of the most frequent: the smallest id
-            probs = (counts / total).astype(np.float32)
-            row = ids, probs, np.cumsum(probs, dtype=np.float64), int(ids[best]), float(counts[best] / total)
-        if len(self._rows) >= _MEMO_LIMIT:
-            self._rows.clear()
-        self._rows[key] = row
-        return row
+        memo = self._best if self.greedy else self._rows
+        if key in memo:
+            return memo[key]
+        found = self.index.most_frequent(match, self.options.max_occurrences) if self.greedy else None
+        if found is None or found[0] >= self.usable_vocab:  # sampling, or a token the verifier cannot emit
+            ids, counts = self.index.continuations(match, self.options.max_occurrences)
+            keep = ids < self.usable_vocab
+            ids, counts = ids[keep], counts[keep].astype(np.float64)
+            found = None
+            if len(ids) and self.greedy:
+                best = int(np.argmax(counts))  # the first of the most frequent: the smallest id
+                found = int(ids[best]), float(counts[best] / counts.sum())
+            elif len(ids):
+                probs = (counts / counts.sum()).astype(np.float32)
+                found = ids, probs, np.cumsum(probs, dtype=np.float64), float(counts.max() / counts.sum())
+        if len(memo) >= _MEMO_LIMIT:
+            memo.clear()
+        memo[key] = found
+        return found
 
     def _choose(self, match, live: list[int]):
-        """('corpus', row) or ('live', cache entry) predicting the next token, or None."""
-        row = self._row(match)
+        """('corpus', prediction) or ('live', cache entry) for the next token, or None; the
+        longer match wins, then the more confident one, then the live one."""
+        found = self._prediction(match)
         if self.cache is None:
-            return None if row is None else ("corpus", row)
+            return None if found is None else ("corpus", found)
         table = self.cache.table
         for length in range(min(self.cache.max_context, len(live)), 0, -1):
             entry = table.get(tuple(live[-length:]))
             if entry is not None:
                 break
         else:
-            return None if row is None else ("corpus", row)
-        if row is None or length > match.length:
+            return None if found is None else ("corpus", found)
+        if found is None or length > match.length:
             return "live", entry
-        if length < match.length or entry[1] / entry[2] < row[4]:
-            return "corpus", row
+        if length < match.length or entry[1] / entry[2] < found[-1]:
+            return "corpus", found
         return "live", entry
 
     # ---------------------------------------------------------------- drafting
@@ -166,7 +172,7 @@ class SuffixDrafter:
 
     @staticmethod
     def _greedy(choice) -> int:
-        return choice[1][3] if choice[0] == "corpus" else choice[1][0]
+        return choice[1][0]  # the corpus's best token, or the live entry's
 
     def _sample(self, choice, row: np.ndarray) -> int:
         """Fill `row` with the chosen distribution and draw a token from exactly those values."""

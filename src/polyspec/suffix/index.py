@@ -28,6 +28,7 @@ from polyspec.vocabulary import Fingerprint
 MAX_MATCH = 32  # longest match considered, in tokens
 MAX_OCCURRENCES = 256  # occurrences whose continuations are counted, evenly spaced, per match
 _END = b"\xff\xff\xff\xff"  # the separator's bytes: above every token's
+_SHORT_SPAN = 24  # spans up to this many occurrences are counted in Python
 
 
 class Match(NamedTuple):
@@ -66,10 +67,16 @@ class SuffixIndex:
         self.path, self.file_size = None, 0  # set when loaded from a file
         self._sa = memoryview(np.ascontiguousarray(suffix_array))  # items are Python ints
         self.root = Match(0, len(suffix_array), 0)
+        self._buckets: dict[bytes, tuple[int, int]] = {}
 
     def _key(self, width: int):
         buffer, offset = self._buffer, self._offset
         return lambda start: buffer[offset + 4 * start : offset + 4 * start + width]
+
+    def token_after(self, rank: int, length: int) -> int:
+        """The token `length` tokens into the suffix sa[rank]."""
+        at = self._offset + 4 * (self._sa[rank] + length)
+        return int.from_bytes(self._buffer[at : at + 4], "big")
 
     def span(self, pattern: bytes, lo: int, hi: int) -> tuple[int, int]:
         """The suffixes in sa[lo:hi] that start with `pattern` and a token after it."""
@@ -77,27 +84,43 @@ class SuffixIndex:
         first = bisect_left(self._sa, pattern, lo, hi, key=key)
         return first, bisect_left(self._sa, pattern + _END, first, hi, key=key)
 
-    def _occurs(self, pattern: bytes) -> bool:
+    def _bucket(self, token: bytes) -> tuple[int, int]:
+        """The span of a one-token pattern, where every longer pattern it starts lies; kept."""
+        found = self._buckets.get(token)
+        if found is None:
+            found = self._buckets[token] = self.span(token, 0, self.num_tokens)
+        return found
+
+    def _first(self, pattern: bytes) -> int:
+        """Where the span of `pattern` begins, or -1 when it is empty."""
+        lo, hi = self._bucket(pattern[:4])
+        if lo == hi or len(pattern) == 4:
+            return lo if lo < hi else -1
         key = self._key(len(pattern) + 4)
-        first = bisect_left(self._sa, pattern, 0, self.num_tokens, key=key)
-        if first == self.num_tokens:
-            return False
+        first = bisect_left(self._sa, pattern, lo, hi, key=key)
+        if first == hi:
+            return -1
         found = key(self._sa[first])
-        return found[: len(pattern)] == pattern and found[len(pattern) :] != _END
+        return first if found[: len(pattern)] == pattern and found[len(pattern) :] != _END else -1
 
     def longest(self, window: bytes, max_length: int = MAX_MATCH) -> Match:
         """The longest suffix of `window` (pattern bytes), at most `max_length` tokens, that
         occurs in the text followed by a token."""
-        low, high = 0, min(len(window) // 4, max_length)
+        low, high, first = 0, min(len(window) // 4, max_length), 0
         while low < high:
             middle = (low + high + 1) // 2
-            if self._occurs(window[len(window) - 4 * middle :]):
-                low = middle
+            found = self._first(window[len(window) - 4 * middle :])
+            if found >= 0:
+                low, first = middle, found
             else:
                 high = middle - 1
         if low == 0:
             return self.root
-        return Match(*self.span(window[len(window) - 4 * low :], 0, self.num_tokens), low)
+        pattern = window[len(window) - 4 * low :]
+        end = bisect_left(
+            self._sa, pattern + _END, first, self._bucket(pattern[:4])[1], key=self._key(len(pattern) + 4)
+        )
+        return Match(first, end, low)
 
     def extend(self, match: Match, window: bytes, max_length: int = MAX_MATCH) -> Match:
         """The match after appending a token, from the match before it: `window` ends with the
@@ -108,6 +131,28 @@ class SuffixIndex:
             if lo < hi:
                 return Match(lo, hi, length + 1)
         return self.longest(window, min(length, max_length))
+
+    def most_frequent(self, match: Match, max_occurrences: int = MAX_OCCURRENCES) -> tuple[int, float]:
+        """(the most frequent continuation of a match, the smallest id on a tie; its share),
+        counted as `continuations` counts. Continuations are sorted, so one that begins and ends
+        the match's span is the only one, and short spans are counted without numpy."""
+        lo, hi, length = match
+        first = self.token_after(lo, length)
+        if first == self.token_after(hi - 1, length):
+            return first, 1.0
+        if hi - lo <= min(_SHORT_SPAN, max_occurrences):
+            best, best_count, token, count = first, 0, first, 0
+            for rank in range(lo, hi):
+                following = self.token_after(rank, length)
+                if following != token:
+                    token, count = following, 0
+                count += 1
+                if count > best_count:
+                    best, best_count = token, count
+            return best, best_count / (hi - lo)
+        ids, counts = self.continuations(match, max_occurrences)
+        best = int(np.argmax(counts))
+        return int(ids[best]), float(counts[best] / counts.sum())
 
     def continuations(self, match: Match, max_occurrences: int = MAX_OCCURRENCES) -> tuple[np.ndarray, np.ndarray]:
         """(token ids ascending, counts) of what follows the match, counted over its
