@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from test_decoding import check_sampling_is_exact, hf_greedy, random_prompts
+from fixtures import check_sampling_is_exact, hf_greedy, random_prompts
 
 from polyspec.decoding import Decoder
 from polyspec.drafters.adaptive import AdaptiveDrafter, DepthAcceptance, VerifyCosts, measure_verify_costs
@@ -136,7 +136,7 @@ def test_sampled_output_follows_the_exact_distribution(verifier, draft_dir):
 def test_generate_cli_with_adaptive_drafting_is_lossless(verifier, verifier_dir, monkeypatch, capsys, tmp_path):
     import json
 
-    from conftest import run_cli
+    from fixtures import run_cli
 
     monkeypatch.setenv("POLYSPEC_HOME", str(tmp_path))
     prompt = "w5 w6 w7 w5 w6 w7 w5"

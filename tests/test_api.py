@@ -10,7 +10,7 @@ import threading
 
 import pytest
 import torch
-from conftest import SPECIALS, VOCAB_WORDS, build_tokenizer, tiny_gemma
+from fixtures import SPECIALS, VOCAB_WORDS, build_tokenizer, tiny_gemma
 
 import polyspec
 from polyspec.drafters import DraftModel, NGram, PromptLookup

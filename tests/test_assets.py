@@ -7,8 +7,14 @@ import os
 import tarfile
 
 import pytest
-from conftest import run_cli
-from test_assets_fakes import build_udhr_tarball, declaration_html, install_fake_udhr, paragraph_text
+from fixtures import (
+    build_udhr_tarball,
+    declaration_html,
+    install_fake_asset,
+    install_fake_udhr,
+    paragraph_text,
+    run_cli,
+)
 
 from polyspec.assets import fetch, store, udhr
 from polyspec.errors import UserError
@@ -19,13 +25,6 @@ def home(tmp_path, monkeypatch):
     root = tmp_path / "home"
     monkeypatch.setenv("POLYSPEC_HOME", str(root))
     return root
-
-
-def install_fake_asset(name: str, files: dict[str, str]) -> None:
-    with store.staging(name) as tmp:
-        for relative, text in files.items():
-            (tmp / relative).write_text(text)
-        store.write_manifest(tmp, name, list(files), source="test")
 
 
 # ---------------------------------------------------------------- store

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_cli
+from fixtures import run_cli
 
 from polyspec.bench.grid import BenchConfig, record_key
 from polyspec.bench.report import write_report

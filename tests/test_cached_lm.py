@@ -7,8 +7,7 @@ import random
 
 import pytest
 import torch
-from conftest import tiny_gemma, tiny_llama
-from test_hybrid import tiny_qwen35
+from fixtures import tiny_gemma, tiny_llama, tiny_qwen35
 
 from polyspec.cached_lm import CachedLM
 from polyspec.errors import UserError

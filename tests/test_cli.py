@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from conftest import SPECIALS, run_cli, save, tiny_gemma
+from fixtures import SPECIALS, run_cli, save, tiny_gemma
 
 
 def test_generate_json_matches_transformers_greedy(monkeypatch, capsys, verifier, verifier_dir):

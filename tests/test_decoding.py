@@ -6,11 +6,9 @@ from __future__ import annotations
 import itertools
 import random
 
-import numpy as np
 import pytest
 import torch
-from conftest import tiny_gemma, tiny_llama
-from scipy import stats
+from fixtures import SAMPLING, check_sampling_is_exact, hf_greedy, random_prompts, tiny_gemma, tiny_llama
 
 from polyspec.cached_lm import CachedLM
 from polyspec.decoding import Decoder
@@ -18,32 +16,7 @@ from polyspec.drafters.model import ModelDrafter
 from polyspec.drafters.prompt_lookup import PromptLookupDrafter
 from polyspec.errors import UserError
 from polyspec.models import LoadedModel
-from polyspec.sampling import LogitsProcessor, SamplingConfig
-
-
-def random_prompts(count: int, seed: int, vocab: int = 64) -> list[list[int]]:
-    rng = random.Random(seed)
-    prompts = []
-    for _ in range(count):
-        # Half the prompts repeat a short motif, so prompt lookup has something to copy.
-        if rng.random() < 0.5:
-            motif = [rng.randrange(4, vocab) for _ in range(rng.randint(2, 5))]
-            body = (motif * 6)[: rng.randint(3, 25)]
-        else:
-            body = [rng.randrange(4, vocab) for _ in range(rng.randint(1, 20))]
-        prompts.append([2, *body])
-    return prompts
-
-
-def hf_greedy(model, prompt_ids: list[int], max_new_tokens: int, **kwargs) -> list[int]:
-    out = model.generate(
-        torch.tensor([prompt_ids]),
-        do_sample=False,
-        max_new_tokens=max_new_tokens,
-        pad_token_id=0,
-        **kwargs,
-    )
-    return out[0, len(prompt_ids) :].tolist()
+from polyspec.sampling import SamplingConfig
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +58,7 @@ def test_greedy_identity_with_repetition_penalty(verifier, draft_model):
 
 
 def test_greedy_identity_on_a_model_without_sliding_window(tokenizer, tmp_path):
-    from conftest import save
+    from fixtures import save
 
     llama = LoadedModel.load(str(save(tiny_llama(seed=3), tokenizer, tmp_path)), dtype="float32")
     decoder = Decoder(llama)
@@ -155,72 +128,6 @@ def test_rollback_beyond_the_cache_is_refused(verifier):
     lm.forward([2, 5, 6])
     with pytest.raises(ValueError):
         lm.rollback(4)
-
-
-def exact_joint(model, prompt: list[int], config: SamplingConfig, steps: int) -> dict[tuple[int, ...], float]:
-    """Exact distribution of the first `steps` sampled tokens, from full forwards (no cache)."""
-    processor = LogitsProcessor(config)
-    joint = {(): 1.0}
-    for _ in range(steps):
-        grown = {}
-        for prefix, mass in joint.items():
-            ids = prompt + list(prefix)
-            with torch.inference_mode():
-                logits = model(torch.tensor([ids])).logits[0, -1:]
-            probs = processor.probs(logits, ids, len(ids))[0]
-            for token in probs.nonzero().flatten().tolist():
-                grown[(*prefix, token)] = mass * float(probs[token])
-        joint = grown
-    return joint
-
-
-def chi_square_pvalue(samples: list[tuple[int, ...]], joint: dict[tuple[int, ...], float]) -> float:
-    outcomes = sorted(joint)
-    counts = dict.fromkeys(outcomes, 0)
-    for sample in samples:
-        assert sample in counts, f"sampled {sample}, which has probability 0"
-        counts[sample] += 1
-    observed = np.array([counts[o] for o in outcomes], dtype=float)
-    expected = np.array([joint[o] for o in outcomes]) * len(samples)
-    expected *= len(samples) / expected.sum()
-    # Pool rare outcomes so every cell expects at least 5 draws.
-    rare = expected < 5
-    if rare.any():
-        observed = np.append(observed[~rare], observed[rare].sum())
-        expected = np.append(expected[~rare], expected[rare].sum())
-    return stats.chisquare(observed, expected).pvalue
-
-
-SAMPLING = SamplingConfig(temperature=1.0, top_k=3, top_p=0.95, repetition_penalty=1.3, penalty_window=4)
-
-
-def check_sampling_is_exact(
-    verifier, drafter, trials: int, steps: int = 3, expect_drafts: bool = True, tree: int = 0, prompt=None
-) -> None:
-    """Sampled sequences of `steps` tokens follow their exact joint distribution (chi-square);
-    `tree` > 0 verifies token trees of that many nodes."""
-    decoder = Decoder(verifier)
-    if prompt is None:
-        # The model's own greedy text repeats itself, so drafters reading the context propose likely tokens.
-        prompt = [2, 7, 8, 9, *decoder.generate([2, 7, 8, 9], None, max_new_tokens=12).token_ids]
-    joint = exact_joint(verifier.model, prompt, SAMPLING, steps)
-    samples, accepted = [], 0
-    for seed in range(trials):
-        result = decoder.generate(
-            prompt,
-            drafter,
-            gamma=3,
-            sampling=SAMPLING,
-            max_new_tokens=steps,
-            seed=seed,
-            eos_token_ids=frozenset(),
-            tree=tree,
-        )
-        samples.append(tuple(result.token_ids))
-        accepted += result.stats.accepted
-    if expect_drafts:
-        assert accepted > trials // 10  # the drafts were really used
-    assert chi_square_pvalue(samples, joint) > 1e-3
 
 
 @pytest.mark.parametrize("drafter_name", ["none", "prompt-lookup", "model"])

@@ -8,9 +8,16 @@ import json
 
 import pytest
 import torch
-from conftest import VOCAB_WORDS, run_cli, save, tiny_gemma
-from test_assets_fakes import install_fake_udhr
-from test_decoding import check_sampling_is_exact, hf_greedy, random_prompts
+from fixtures import (
+    check_sampling_is_exact,
+    corpus_lines,
+    hf_greedy,
+    install_fake_udhr,
+    random_prompts,
+    run_cli,
+    save,
+    tiny_gemma,
+)
 
 from polyspec.assets import languages
 from polyspec.assets.languages import Language
@@ -23,11 +30,6 @@ from polyspec.errors import UserError
 from polyspec.specs import make_drafter
 
 KEEP = 40  # of the tiny vocabulary's 64 ids
-
-
-def corpus_lines() -> tuple[str, ...]:
-    """Word wK appears 60 - K times: the most frequent words are the lowest-numbered."""
-    return tuple(" ".join([f"w{k}"] * (VOCAB_WORDS - k)) for k in range(VOCAB_WORDS))
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ generalisation table: trained on translation, tested on stories."""
 from __future__ import annotations
 
 import pytest
-from test_distill_drafter import corpus_lines
+from fixtures import corpus_lines
 
 from polyspec.bench.grid import BenchConfig
 from polyspec.bench.report import write_report

@@ -8,8 +8,7 @@ import re
 
 import pytest
 import torch
-from conftest import VOCAB_WORDS, run_cli
-from test_assets_fakes import install_fake_udhr
+from fixtures import VOCAB_WORDS, install_fake_udhr, run_cli
 
 from polyspec.assets import languages
 from polyspec.assets.languages import Language

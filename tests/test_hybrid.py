@@ -9,7 +9,7 @@ import random
 
 import pytest
 import torch
-from test_decoding import chi_square_pvalue, exact_joint, hf_greedy, random_prompts
+from fixtures import chi_square_pvalue, exact_joint, hf_greedy, random_prompts, tiny_qwen35
 
 from polyspec.cached_lm import CachedLM
 from polyspec.decoding import Decoder
@@ -19,40 +19,6 @@ from polyspec.errors import UserError
 from polyspec.models import LoadedModel
 from polyspec.sampling import SamplingConfig
 from polyspec.state_rollback import DEFAULT_STEP_LIMIT, stepwise_delta_rule
-
-
-def tiny_qwen35(seed: int, layers: int = 4, noise: float = 0.0, base=None):
-    """A random Qwen3.5 (3 linear-attention layers, then full attention); with `base`, a copy of
-    it whose weights carry relative Gaussian noise: a drafter that is often but not always right."""
-    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
-
-    torch.manual_seed(seed)
-    config = Qwen3_5TextConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=layers,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        linear_conv_kernel_dim=4,
-        linear_key_head_dim=8,
-        linear_value_head_dim=8,
-        linear_num_key_heads=2,
-        linear_num_value_heads=4,
-        max_position_embeddings=512,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=2,
-    )
-    model = Qwen3_5ForCausalLM(config).eval()
-    with torch.no_grad():
-        if base is not None:
-            for mine, theirs in zip(model.parameters(), base.parameters(), strict=True):
-                mine.copy_(theirs + noise * theirs.std() * torch.randn_like(theirs))
-        else:
-            model.lm_head.weight.mul_(8.0)  # confident logits, like a trained model's
-    return model
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import run_cli
+from fixtures import run_cli
 
 from polyspec.assets.languages import STUDY_CODES, get_language
 from polyspec.bench.grid import PRESETS, record_key

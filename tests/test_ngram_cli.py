@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SPECIALS, VOCAB_WORDS, run_cli
+from fixtures import SPECIALS, VOCAB_WORDS, run_cli
 
 from polyspec.ngram.storage import load
 
@@ -200,7 +200,7 @@ def test_stats_json(monkeypatch, capsys, bigram_model, tokenizer_dir):
 
 
 def test_verify_and_convert(monkeypatch, capsys, tmp_path, bigram_model):
-    from test_ngram_storage import write_version1
+    from fixtures import write_version1
 
     code, out, _ = run_cli(monkeypatch, capsys, "ngram", "verify", str(bigram_model))
     assert code == 0 and "ok" in out and load(bigram_model).data_sha256 in out
@@ -293,7 +293,7 @@ def test_in_process_errors(monkeypatch, capsys, tmp_path, tokenizer_dir, bigram_
 
 
 def test_merge_refuses_other_tokenizers_and_orders(monkeypatch, capsys, tmp_path, tokenizer_dir, bigram_model):
-    from conftest import build_tokenizer
+    from fixtures import build_tokenizer
 
     other = build_tokenizer()
     other.add_tokens(["extra"])

@@ -10,9 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import build_tokenizer
+from fixtures import build_tokenizer, check_sampling_is_exact, hf_greedy
 from scipy import stats
-from test_decoding import check_sampling_is_exact, hf_greedy
 
 from polyspec.decoding import Decoder
 from polyspec.drafters.ngram import ContextCache, NGramOptions

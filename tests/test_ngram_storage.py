@@ -3,13 +3,13 @@ and every kind of damage rejected clearly."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
 
 import numpy as np
 import pytest
+from fixtures import write_version1
 from safetensors import safe_open
 
 from polyspec.errors import UserError
@@ -198,24 +198,6 @@ def test_overwrite_is_atomic(model_file, monkeypatch):
         save(random_trie(2, seed=9), FINGERPRINT, model_file)
     assert model_file.read_bytes() == before
     assert os.listdir(model_file.parent) == ["model.ngram"]
-
-
-def write_version1(trie, fingerprint, path) -> None:
-    """A file as polyspec wrote them before safetensors (format version 1), from its spec."""
-    from polyspec.ngram.storage import _arrays
-
-    arrays = _arrays(trie)
-    header = {
-        "order": trie.order, "vocab_size": fingerprint.vocab_size, "vocab_sha256": fingerprint.vocab_sha256,
-        "documents": trie.documents, "tokens": trie.num_tokens, "min_count": trie.min_count,
-        "arrays": [[name, array.dtype.str, len(array)] for name, array in arrays.items()],
-    }  # fmt: skip
-    header_bytes = json.dumps(header).encode()
-    header_bytes += b" " * (-(16 + len(header_bytes)) % 8)
-    data = b"PSNGRAM\n" + struct.pack("<II", 1, len(header_bytes)) + header_bytes
-    for array in arrays.values():
-        data += array.tobytes() + b"\0" * (-array.nbytes % 8)
-    path.write_bytes(data + hashlib.sha256(data).digest())
 
 
 def test_old_format_is_refused_with_the_convert_command(tmp_path):

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import httpx
 import openai
 import pytest
-from conftest import build_tokenizer, run_cli, tiny_gemma
+from fixtures import build_tokenizer, run_cli, tiny_gemma
 
 import polyspec
 from polyspec.serve.app import build_app
@@ -257,7 +257,8 @@ def test_chat_without_a_template_is_a_clear_400(tokenizer):
         client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=30)
         error = bad_request(client.chat.completions.create, model=MODEL, messages=[{"role": "user", "content": "w1"}])
         assert error.status_code == 400 and "chat template" in error.message
-        assert client.completions.create(model=MODEL, prompt="w1 w2", max_tokens=3, temperature=0).usage.completion_tokens == 3
+        completion = client.completions.create(model=MODEL, prompt="w1 w2", max_tokens=3, temperature=0)
+        assert completion.usage.completion_tokens == 3
 
 
 def test_models_health_and_metrics(client, base_url):

@@ -12,9 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import SPECIALS, build_tokenizer, run_cli
+from fixtures import SPECIALS, build_tokenizer, check_sampling_is_exact, hf_greedy, run_cli
 from scipy import stats
-from test_decoding import check_sampling_is_exact, hf_greedy
 
 from polyspec.decoding import Decoder
 from polyspec.errors import UserError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_assets_fakes import install_fake_udhr, paragraph_text
+from fixtures import install_fake_udhr, paragraph_text
 
 from polyspec import tasks
 from polyspec.assets import languages
@@ -164,7 +164,7 @@ def test_user_corpus_for_a_built_in_language_is_still_filtered(tmp_path):
 
 
 def test_dataset_build_text_joins_the_corpus(home):
-    from test_assets import install_fake_asset
+    from fixtures import install_fake_asset
 
     install_fake_asset("dataset_build", {"zho.txt": "第一段。\n\n第二段。\n"})
     corpus = corpus_text("zh")

@@ -14,11 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli, save, tiny_gemma, tiny_llama
+from fixtures import SAMPLING, check_sampling_is_exact, hf_greedy, random_prompts, run_cli, save, tiny_gemma, tiny_llama
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
-from test_decoding import SAMPLING, check_sampling_is_exact, hf_greedy, random_prompts
 
 from polyspec.acceptance import greedy_tree_verdict, node_outcomes, tree_rejection_verdict
 from polyspec.decoding import Decoder
