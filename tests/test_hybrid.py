@@ -244,7 +244,10 @@ def test_stepwise_rule_equals_single_token_decoding_bitwise(dtype):
         assert torch.equal(step_out, out[:, t : t + 1]) and torch.equal(state, states[t])
 
 
-def test_unsupported_recurrent_layers_are_a_user_error():
+def test_other_recurrent_layers_roll_back_by_snapshot_and_refeed():
+    """LFM2's short convolutions are no gated delta-net: auto picks snapshot and re-feed (exact
+    for any copyable state, tests/test_stateful_models.py), and asking for per-position states is
+    a one-line error naming the way out."""
     from transformers import Lfm2Config, Lfm2ForCausalLM
 
     config = Lfm2Config(
@@ -256,8 +259,10 @@ def test_unsupported_recurrent_layers_are_a_user_error():
         num_key_value_heads=1,
         layer_types=["conv", "full_attention"],
     )
-    with pytest.raises(UserError, match="conv"):
-        CachedLM(Lfm2ForCausalLM(config).eval())
+    model = Lfm2ForCausalLM(config).eval()
+    assert CachedLM(model).policy.name == "refeed"
+    with pytest.raises(UserError, match="refeed"):
+        CachedLM(model, rollback="states")
 
 
 def test_generate_cli_is_lossless_on_saved_hybrid_models(

@@ -54,8 +54,11 @@ def stateful_layer_types(model: torch.nn.Module) -> set[str]:
 
 
 def policy_for(model: torch.nn.Module, mode: str = "auto") -> RollbackPolicy:
-    """The policy for `model`: `mode` 'auto' picks crop for attention-only models and
-    per-position states for gated delta-net hybrids; other stateful layers are a UserError."""
+    """The policy for `model`. 'auto': crop for attention-only models, per-position states for
+    gated delta-net hybrids (Qwen3.5, Qwen3-Next: measured faster there, docs/HYBRID.md), snapshot
+    and re-feed for every other recurrent or convolution state (Mamba, LFM2, RWKV, ...). A model
+    whose layer types say nothing is taken as attention-only until its first forward shows a cache
+    that holds more (`CachedLM` then switches to snapshot and re-feed)."""
     if mode not in MODES:
         raise UserError(f"unknown rollback mode {mode!r}: use {', '.join(MODES)}")
     if mode == "crop":
@@ -63,13 +66,27 @@ def policy_for(model: torch.nn.Module, mode: str = "auto") -> RollbackPolicy:
     if mode == "refeed":
         return SnapshotRefeed()
     stateful = stateful_layer_types(model)
-    if not stateful and mode == "auto":
-        return CropPolicy()
     layers = delta_rule_layers(model)
-    if stateful == {"linear_attention"} and layers:
+    if stateful == {"linear_attention"} and layers and _all_linear_layers_are(model, layers):
         return DeltaRuleStates(layers)
-    kinds = ", ".join(sorted(stateful)) or "none"
-    raise UserError(
-        f"{type(model).__name__} has recurrent-state layers ({kinds}) that polyspec cannot cut back after a "
-        "rejection: only gated delta-net linear attention (Qwen3.5) is supported"
-    )
+    if mode == "states":
+        raise UserError(
+            f"{type(model).__name__} has no gated delta-net layers to keep per-position states of: "
+            "use rollback mode auto or refeed"
+        )
+    return SnapshotRefeed() if stateful or _has_state_argument(model) else CropPolicy()
+
+
+def _all_linear_layers_are(model: torch.nn.Module, layers: list[torch.nn.Module]) -> bool:
+    """Every linear-attention layer of the config is one of the recordable gated delta-net layers."""
+    config = model.config.get_text_config()
+    linear = [i for i, kind in enumerate(config.layer_types) if kind == "linear_attention"]
+    return linear == [module.layer_idx for module in layers]
+
+
+def _has_state_argument(model: torch.nn.Module) -> bool:
+    """Models whose forward takes a recurrent state rather than past keys and values."""
+    import inspect
+
+    parameters = inspect.signature(model.forward).parameters
+    return "past_key_values" not in parameters and ("cache_params" in parameters or "state" in parameters)
