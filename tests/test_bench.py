@@ -1,8 +1,10 @@
 """The benchmark harness on a tiny model and a user-supplied language: records, resume, shards,
-report files, and one-line errors."""
+report files, provenance, the adaptive and distilled n-gram drafters, and one-line errors."""
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 
 import pytest
@@ -11,13 +13,20 @@ from fixtures import run_cli
 from polyspec.bench.grid import BenchConfig, record_key
 from polyspec.bench.report import write_report
 from polyspec.bench.results import read_records
-from polyspec.bench.runner import BenchRunner, plan_units, resolve_grid_languages, run_bench
+from polyspec.bench.runner import TREE_BUDGET, BenchRunner, plan_units, resolve_grid_languages, run_bench
+from polyspec.drafters.adaptive import AdaptiveDrafter
+from polyspec.drafters.base import can_branch
 
 FIELDS = {
     "version", "commit", "seed", "dtype", "device", "language", "task", "drafter", "gamma", "mode", "alpha",
     "tau", "c", "f_measured", "f_predicted", "chrf", "distinct2", "copy4", "identical", "new_tokens",
     "plain_seconds", "spec_seconds",
 }  # fmt: skip
+NEW_FIELDS = {"tree", "nodes_verified", "nodes_per_call", "accepted_per_call", "drafter_source", "verify_costs"}
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
 
 
 @pytest.fixture()
@@ -37,7 +46,7 @@ def config_for(verifier_dir, language_files, **overrides) -> BenchConfig:
     settings = dict(
         languages=("tst",),
         tasks=("translation", "continuation"),
-        drafters=("none", "ngram-bigram", "ngram+context", "prompt-lookup", "hf-prompt-lookup"),
+        drafters=("none", "ngram-bigram", "ngram+context", "prompt-lookup", "hf-prompt-lookup", "adaptive"),
         gammas=(2, 3),
         modes=("greedy", "sample"),
         limit=2,
@@ -56,15 +65,62 @@ def test_records_have_every_field_and_greedy_runs_are_identical(verifier_dir, la
     records = read_records(path)
     units = len(plan_units(config, resolve_grid_languages(config)))
     assert units == 2 * 2 * 2  # tasks x prompts x modes
-    assert len(records) == units * (1 + 4 * 2)  # none once, the others per gamma
+    assert len(records) == units * (1 + 5 * 2)  # none once, the others per gamma
+    branches = can_branch(AdaptiveDrafter({}, None))  # trees once the router can branch
     for r in records:
-        assert set(r) >= FIELDS, FIELDS - set(r)
+        assert set(r) >= FIELDS | NEW_FIELDS, (FIELDS | NEW_FIELDS) - set(r)
         assert r["new_tokens"] == 12 and r["plain_seconds"] > 0 and r["spec_seconds"] > 0
         if r["mode"] == "greedy":
             assert r["identical"], r  # float32: speculation changes nothing
         if r["drafter"] not in ("none", "hf-prompt-lookup"):
             assert 0 <= r["alpha"] <= 1 and r["f_predicted"] > 0
+        # Tree statistics: positions fed per call are the pending token and the draft nodes.
+        assert r["tree"] == (max(TREE_BUDGET, r["gamma"]) if r["drafter"] == "adaptive" and branches else 0)
+        assert r["nodes_verified"] >= r["verifier_calls"] and r["nodes_per_call"] >= 1
+        if r["drafter"] == "none":
+            assert r["nodes_per_call"] == 1 and r["accepted_per_call"] == 0
+        elif r["drafter"] != "hf-prompt-lookup":
+            assert r["nodes_per_call"] <= 1 + (r["tree"] or r["gamma"])
+            assert r["accepted_per_call"] == r["accepted"] / r["verifier_calls"] <= r["nodes_per_call"] - 1
+        assert (r["verify_costs"] is not None) == (r["drafter"] == "adaptive")
     assert any(r["alpha"] for r in records if r["drafter"] == "prompt-lookup")
+    curve = next(r["verify_costs"] for r in records if r["drafter"] == "adaptive")
+    assert curve["widths"][0] == 1 and len(curve["seconds"]) == len(curve["widths"])
+    assert all(set(r["route"]) <= {"plain", "ngram", "ngram+context", "prompt-lookup"} for r in records if "route" in r)
+
+
+def test_every_record_names_the_model_file_and_text_it_comes_from(verifier_dir, language_files, tmp_path):
+    corpus, parallel = language_files
+    config = config_for(verifier_dir, language_files, modes=("greedy",), gammas=(3,), tasks=("continuation",), limit=1)
+    records = read_records(run_bench(config, tmp_path / "out", resume=False, show_progress=False))
+    by_drafter = {r["drafter"]: r["drafter_source"] for r in records}
+    assert by_drafter["none"] is None and by_drafter["prompt-lookup"] is None and by_drafter["hf-prompt-lookup"] is None
+    for name in ("ngram-bigram", "ngram+context"):
+        source = by_drafter[name]
+        assert source["sha256"] == sha256(source["model_file"])
+        files = {entry["file"]: entry["sha256"] for entry in source["trained_on"]["corpus"]}
+        assert files == {str(corpus): sha256(corpus), str(parallel): sha256(parallel)}
+        assert len(source["trained_on"]["text_sha256"]) == 64
+    parts = by_drafter["adaptive"]["parts"]
+    assert parts["ngram+context"] == by_drafter["ngram+context"] and parts["prompt-lookup"] is None
+    assert parts["ngram"] == parts["ngram+context"]  # one order-4 file, drafted with and without the context
+    # Another corpus: another model file, another source.
+    corpus.write_text(corpus.read_text() + "\nw5 w6 w7 w8 w9")
+    again = read_records(run_bench(config, tmp_path / "again", resume=False, show_progress=False))
+    other = {r["drafter"]: r["drafter_source"] for r in again}
+    assert other["ngram-bigram"]["sha256"] != by_drafter["ngram-bigram"]["sha256"]
+    assert other["ngram-bigram"]["trained_on"]["corpus"][0]["sha256"] == sha256(corpus)
+
+
+def test_ngram_stats_shows_the_benchs_provenance(verifier, language_files, tmp_path, monkeypatch, capsys):
+    config = config_for(str(verifier.name), language_files)
+    runner = BenchRunner(config, verifier, tmp_path / "ngram")
+    language = resolve_grid_languages(config)[0]
+    path = runner.ngram_path("ngram-bigram", language)
+    code, out, _ = run_cli(monkeypatch, capsys, "ngram", "stats", str(path), "--json")
+    assert code == 0 and json.loads(out)["source"] == runner.source("ngram-bigram", language)
+    code, out, _ = run_cli(monkeypatch, capsys, "ngram", "stats", str(path))
+    assert code == 0 and f"file sha256 {sha256(path)}" in out and "corpus.txt" in out, out
 
 
 def test_resume_continues_an_interrupted_run(verifier_dir, language_files, tmp_path):
@@ -127,6 +183,77 @@ def test_ngram_drafters_are_trained_once_and_built_with_their_options(verifier, 
     assert user.options.min_prob == 0.5 and user.model.order == 2
 
 
+def test_distilled_ngrams_are_sampled_once_per_verifier_and_settings(verifier, language_files, tmp_path):
+    from polyspec.drafters.ngram import NGramDrafter
+    from polyspec.models import LoadedModel
+
+    config = config_for(str(verifier.name), language_files, distill_tokens=40)
+    runner = BenchRunner(config, verifier, tmp_path / "ngram")
+    language = resolve_grid_languages(config)[0]
+    plain, context = runner.drafter("ngram-distill", language), runner.drafter("ngram-distill+context", language)
+    assert isinstance(plain, NGramDrafter) and not plain.options.use_context and context.options.use_context
+    path = runner.ngram_path("ngram-distill", language)
+    assert plain.model.order == config.ngram_order and path.name.startswith("tst-distill-o4-")
+    samples = (path.parent / (path.name + ".samples") / "samples.jsonl").read_text()
+    assert sum(len(json.loads(line)["ids"]) for line in samples.splitlines()) >= 40
+    source = runner.source("ngram-distill", language)
+    assert source["sha256"] == sha256(path) and source == runner.source("ngram-distill+context", language)
+    distillation = source["trained_on"]["distillation"]
+    assert distillation["settings"]["tokens"] == 40 and distillation["language"] == "tst"
+    # Cached: a second runner samples nothing; other settings or another verifier, another model.
+    before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "ngram").iterdir()}
+    again = BenchRunner(config, verifier, tmp_path / "ngram")
+    assert again.ngram_path("ngram-distill", language) == path
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "ngram").iterdir()} == before
+    more = BenchRunner(BenchConfig(**{**config.__dict__, "distill_tokens": 41}), verifier, tmp_path / "ngram")
+    assert more.distilled.key(language, 4) != runner.distilled.key(language, 4)
+    changed = copy.deepcopy(verifier.model)
+    next(changed.parameters()).data[0, 0] += 1.0
+    other = BenchRunner(config, LoadedModel(model=changed, tokenizer=verifier.tokenizer, name=verifier.name), tmp_path)
+    assert other.distilled.key(language, 4) != runner.distilled.key(language, 4)
+
+
+def without(record: dict, *keys) -> dict:
+    return {k: v for k, v in record.items() if k not in keys}
+
+
+def test_report_sets_adaptive_against_its_rivals_and_keeps_sources_apart(verifier_dir, language_files, tmp_path):
+    corpus, _ = language_files
+    config = config_for(verifier_dir, language_files, modes=("greedy",), gammas=(3,), limit=1)
+    first = run_bench(config, tmp_path / "a", resume=False, show_progress=False)
+    report = write_report([first], tmp_path / "report")
+    text = report.read_text()
+    assert "- translation, greedy: `adaptive` (tree " in text and "best fixed chain `" in text, text
+    assert "hf-prompt-lookup" in text.split("- continuation, greedy: `adaptive`")[1].splitlines()[0]
+    assert "## Trees and verify width" in text and "## Verify cost by width" in text
+    assert (tmp_path / "report" / "verify_costs.png").stat().st_size > 0
+    # Old records (no trees, no provenance, no cost curves) still load.
+    old = tmp_path / "old" / "results.jsonl"
+    old.parent.mkdir()
+    new_keys = (*NEW_FIELDS, "route")
+    old.write_text("".join(json.dumps(without(r, *new_keys)) + "\n" for r in read_records(first)))
+    assert "## translation, greedy" in write_report([old], tmp_path / "old-report").read_text()
+    # A run on another corpus: its n-gram drafters are reported apart, prompt lookup pooled.
+    corpus.write_text(corpus.read_text() + "\nw5 w6 w7 w8 w9")
+    second = run_bench(config, tmp_path / "b", resume=False, show_progress=False)
+    text = write_report([first, second], tmp_path / "both").read_text()
+    assert "| ngram-bigram [a] |" in text and "| ngram-bigram [b] |" in text and "| adaptive [b] |" in text
+    assert "| prompt-lookup |" in text and "prompt-lookup [" not in text
+    rows = (tmp_path / "both" / "results.csv").read_text().splitlines()
+    apart = [r for r in read_records(second) if r["drafter_source"] is not None]  # the rest: same keys, replaced
+    assert len(rows) == 1 + len(read_records(first)) + len(apart)
+    # Old and new records of one n-gram: unrecorded differs from a recorded source.
+    assert "| ngram-bigram [old] |" in write_report([old, second], tmp_path / "mixed").read_text()
+    # Different sources in one file: refused.
+    mixed = tmp_path / "mixed-run" / "results.jsonl"
+    mixed.parent.mkdir()
+    mixed.write_text(first.read_text() + "".join(
+        json.dumps({**r, "seed": 7}) + "\n" for r in read_records(second) if r["drafter"] == "ngram-bigram"
+    ))  # fmt: skip
+    with pytest.raises(Exception, match="different model files"):
+        write_report([mixed], tmp_path / "refused")
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -141,6 +268,7 @@ def test_ngram_drafters_are_trained_once_and_built_with_their_options(verifier, 
         ["--dry-run"],
         ["--drafters", "bogus"],
         ["--drafters", "ngram:m.ngram?backoff=maybe"],
+        ["--distill-tokens", "0"],
     ],
 )
 def test_bench_bad_input_is_one_line(monkeypatch, capsys, tmp_path, args):

@@ -23,12 +23,20 @@ def parse_files(values: list[str] | None) -> dict[str, Path]:
 
 def bench(
     preset: Annotated[
-        str, typer.Option(help="quick (a few minutes), full (the study's languages) or study (its Qwen3.5 setup, GPU).")
+        str,
+        typer.Option(
+            help="quick (a few minutes), full (the study's languages), ngram-distill (n-grams distilled from the "
+            "verifier against corpus n-grams) or study (its Qwen3.5 setup, GPU)."
+        ),
     ] = "quick",
     languages: Annotated[str | None, typer.Option(help="Comma-separated codes, e.g. amh,npi,zh.")] = None,
     tasks: Annotated[str | None, typer.Option(help="translation,story,continuation")] = None,
     drafters: Annotated[
-        str | None, typer.Option(help="none,ngram-bigram,ngram,ngram+context,prompt-lookup,hf-prompt-lookup or specs")
+        str | None,
+        typer.Option(
+            help="none,ngram-bigram,ngram,ngram+context,prompt-lookup,hf-prompt-lookup,adaptive (the default), "
+            "ngram-distill,ngram-distill+context (opt-in: minutes per language to build) or drafter specs"
+        ),
     ] = None,
     gammas: Annotated[str | None, typer.Option(help="Draft lengths, e.g. 2,3,5.")] = None,
     modes: Annotated[str | None, typer.Option(help="greedy,sample")] = None,
@@ -38,6 +46,9 @@ def bench(
     verifier: Annotated[str | None, typer.Option(help="Verifier path or hub id (default: embedded).")] = None,
     dtype: Annotated[str | None, typer.Option(help="auto | float32 | bfloat16 | float16")] = None,
     device: Annotated[str | None, typer.Option(help="cpu | cuda[:N]")] = None,
+    distill_tokens: Annotated[
+        int | None, typer.Option(help="Tokens the verifier samples for each ngram-distill model (24000).")
+    ] = None,
     corpus: Annotated[list[str] | None, typer.Option(help="LANG=FILE: training text for a language.")] = None,
     parallel: Annotated[list[str] | None, typer.Option(help="LANG=FILE: TSV of source, reference.")] = None,
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/bench"),
@@ -71,6 +82,7 @@ def bench(
         shard=parse_shard(shard) if shard else None,
         corpora=parse_files(corpus) or None,
         parallels=parse_files(parallel) or None,
+        distill_tokens=distill_tokens,
     )
     from polyspec.tasks import TASKS
 

@@ -15,7 +15,16 @@ from polyspec.distill.store import BENCH_NAMES
 from polyspec.errors import UserError
 from polyspec.specs import DEFAULT_VERIFIER, parse_drafter
 
-DEFAULT_DRAFTERS = ("none", "ngram-bigram", "ngram", "ngram+context", "prompt-lookup", "hf-prompt-lookup")
+DEFAULT_DRAFTERS = (
+    "none", "ngram-bigram", "ngram", "ngram+context", "prompt-lookup", "hf-prompt-lookup", "adaptive",
+)  # fmt: skip
+# What `adaptive` routes among (specs' `adaptive:SPEC;SPEC;...` over this language's drafters);
+# it drafts token trees (runner.TREE_BUDGET nodes) once the router can branch.
+ADAPTIVE_PARTS = ("ngram", "ngram+context", "prompt-lookup")
+# Opt-in: n-grams distilled from the verifier's own samples cost minutes per language to build
+# (once; cached). `--drafters ...,ngram-distill,ngram-distill+context` or `--preset ngram-distill`.
+OPT_IN_DRAFTERS = ("ngram-distill", "ngram-distill+context")
+BENCH_DRAFTERS = DEFAULT_DRAFTERS + OPT_IN_DRAFTERS
 MODES = ("greedy", "sample")
 
 
@@ -36,12 +45,13 @@ class BenchConfig:
     ngram_order: int = 4  # of the `ngram` and `ngram+context` drafters (the study's bigram is 2)
     corpora: dict[str, Path] = field(default_factory=dict)  # language -> user corpus file
     parallels: dict[str, Path] = field(default_factory=dict)  # language -> user parallel TSV
+    distill_tokens: int = 24_000  # the verifier samples this many tokens per distilled n-gram
 
     def __post_init__(self) -> None:
         if not self.languages:
             raise UserError("no languages to benchmark")
         for name in self.drafters:
-            if name not in DEFAULT_DRAFTERS and name not in BENCH_NAMES:
+            if name not in BENCH_DRAFTERS and name not in BENCH_NAMES:
                 parse_drafter(name)  # the user's own drafter spec: checked before anything loads
         for gamma in self.gammas:
             if gamma < 1:
@@ -51,6 +61,8 @@ class BenchConfig:
                 raise UserError(f"unknown mode {mode!r}: use {', '.join(MODES)}")
         if self.limit < 1:
             raise UserError(f"limit must be >= 1, got {self.limit}")
+        if self.distill_tokens < 1:
+            raise UserError(f"distill tokens must be >= 1, got {self.distill_tokens}")
         if self.max_new_tokens < 1:
             raise UserError(f"max new tokens must be >= 1, got {self.max_new_tokens}")
         index, count = self.shard
@@ -65,6 +77,15 @@ PRESETS = {
     # task keeps it under an hour on two CPU cores (raise --limit for tighter intervals).
     "full": BenchConfig(
         languages=("amh", "ber", "chr", "grn", "haw", "ibo", "npi", "oci", "que", "yor", "zgh", "zh", "eng"),
+        modes=("greedy", "sample"),
+        limit=1,
+    ),
+    # The quick preset's languages, both modes, with the n-grams distilled from the verifier
+    # (about 24,000 sampled tokens per language, built once and cached) against the corpus ones.
+    "ngram-distill": BenchConfig(
+        languages=("npi", "yor", "zh"),
+        tasks=("translation", "continuation"),
+        drafters=("none", "ngram", "ngram+context", "ngram-distill", "ngram-distill+context", "adaptive"),
         modes=("greedy", "sample"),
         limit=1,
     ),

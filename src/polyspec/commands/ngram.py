@@ -137,10 +137,13 @@ def stats(
     model: Annotated[Path, typer.Argument(help="N-gram model file.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """What a model file holds and where its counts come from."""
+    """What a model file holds and where its counts come from (the provenance the benchmark
+    records as `drafter_source`: the file's SHA-256 and the text it was trained on)."""
+    from polyspec.bench.provenance import ngram_source
     from polyspec.ngram.storage import load
 
     info = stats_dict(load(model))
+    info["source"] = ngram_source(model)
     if as_json:
         print(json.dumps(info))
         return
@@ -149,6 +152,9 @@ def stats(
     for n, count in info["ngrams_per_order"].items():
         print(f"{n}-grams: {count:,}")
     print(f"file size {info['file_size']:,} bytes ({info['bytes_per_ngram']:.2f} bytes per n-gram)")
+    print(f"file sha256 {info['source']['sha256']}")
+    if not info["metadata"].get("text_sha256"):
+        print("text sha256: unrecorded (a file written before models recorded it)")
     metadata = dict(info["metadata"])
     for source in metadata.pop("corpus", []):
         print(f"corpus {source['file']} ({source['bytes']:,} bytes, sha256 {source['sha256']})")
