@@ -22,7 +22,9 @@ FIELDS = {
     "tau", "c", "f_measured", "f_predicted", "chrf", "distinct2", "copy4", "identical", "new_tokens",
     "plain_seconds", "spec_seconds",
 }  # fmt: skip
-NEW_FIELDS = {"tree", "nodes_verified", "nodes_per_call", "accepted_per_call", "drafter_source", "verify_costs"}
+NEW_FIELDS = {
+    "tree", "nodes_verified", "nodes_per_call", "accepted_per_call", "drafter_source", "verify_costs", "output_sha256",
+}  # fmt: skip
 
 
 def sha256(path) -> str:
@@ -72,6 +74,8 @@ def test_records_have_every_field_and_greedy_runs_are_identical(verifier_dir, la
         assert r["new_tokens"] == 12 and r["plain_seconds"] > 0 and r["spec_seconds"] > 0
         if r["mode"] == "greedy":
             assert r["identical"], r  # float32: speculation changes nothing
+            plain = next(p for p in records if p["drafter"] == "none" and record_key(p)[:4] == record_key(r)[:4])
+            assert r["output_sha256"] == plain["output_sha256"]
         if r["drafter"] not in ("none", "hf-prompt-lookup"):
             assert 0 <= r["alpha"] <= 1 and r["f_predicted"] > 0
         # Tree statistics: positions fed per call are the pending token and the draft nodes.
@@ -86,7 +90,8 @@ def test_records_have_every_field_and_greedy_runs_are_identical(verifier_dir, la
     assert any(r["alpha"] for r in records if r["drafter"] == "prompt-lookup")
     curve = next(r["verify_costs"] for r in records if r["drafter"] == "adaptive")
     assert curve["widths"][0] == 1 and len(curve["seconds"]) == len(curve["widths"])
-    assert all(set(r["route"]) <= {"plain", "ngram", "ngram+context", "prompt-lookup"} for r in records if "route" in r)
+    routes = {piece for r in records for key in r.get("route", {}) for piece in key.split(" | ")}
+    assert routes and routes <= {"plain", "ngram", "ngram+context", "prompt-lookup"}, routes
 
 
 def test_every_record_names_the_model_file_and_text_it_comes_from(verifier_dir, language_files, tmp_path):

@@ -327,9 +327,9 @@ class BenchRunner:
         """The name of a part of an adaptive drafter in its route ('plain': no draft sent)."""
         if not part:
             return "plain"
-        if name == "adaptive":
+        if name == "adaptive":  # a tree's nodes may come from several parts: "A | B"
             labels = dict(zip(self.adaptive_part_specs(language), ADAPTIVE_PARTS, strict=True))
-            return labels.get(part, part)
+            return " | ".join(labels.get(piece, piece) for piece in part.split(" | "))
         return part
 
     def tree_budget(self, name: str, drafter, gamma: int) -> int:
@@ -517,6 +517,7 @@ class BenchRunner:
             **rates,
             **self.quality(prompt, prompt_ids, tokens),
             "identical": tokens == plain_tokens,
+            "output_sha256": hashlib.sha256(json.dumps(list(tokens)).encode()).hexdigest(),  # the token ids
             "first_divergence": first_divergence(tokens, plain_tokens),
             "new_tokens": len(tokens),
             **counts,
