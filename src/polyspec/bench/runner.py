@@ -216,6 +216,7 @@ class BenchRunner:
         self.load = load or (lambda name: load_model(name, dtype=verifier.dtype_name, device=str(verifier.device)))
         self._drafters: dict[tuple[str, str], object] = {}
         self._sources: dict[tuple[str, str], dict | None] = {}
+        self._part_specs: dict[str, list[str]] = {}
         self.meta = {
             "version": __version__,
             "commit": git_commit(),
@@ -238,6 +239,11 @@ class BenchRunner:
         return "adaptive:" + ";".join(self.adaptive_part_specs(language))
 
     def adaptive_part_specs(self, language) -> list[str]:
+        if language.code not in self._part_specs:
+            self._part_specs[language.code] = self._adaptive_part_specs(language)
+        return self._part_specs[language.code]
+
+    def _adaptive_part_specs(self, language) -> list[str]:
         parts = []
         for part in ADAPTIVE_PARTS:
             if part == "prompt-lookup":
