@@ -94,7 +94,7 @@ def test_records_have_every_field_and_greedy_runs_are_identical(verifier_dir, la
     assert routes and routes <= {"plain", "ngram", "ngram+context", "prompt-lookup"}, routes
 
 
-def test_every_record_names_the_model_file_and_text_it_comes_from(verifier_dir, language_files, tmp_path):
+def test_every_record_names_the_model_file_and_text_it_comes_from(verifier_dir, verifier, language_files, tmp_path):
     corpus, parallel = language_files
     config = config_for(verifier_dir, language_files, modes=("greedy",), gammas=(3,), tasks=("continuation",), limit=1)
     records = read_records(run_bench(config, tmp_path / "out", resume=False, show_progress=False))
@@ -111,10 +111,11 @@ def test_every_record_names_the_model_file_and_text_it_comes_from(verifier_dir, 
     assert parts["ngram"] == parts["ngram+context"]  # one order-4 file, drafted with and without the context
     # Another corpus: another model file, another source.
     corpus.write_text(corpus.read_text() + "\nw5 w6 w7 w8 w9")
-    again = read_records(run_bench(config, tmp_path / "again", resume=False, show_progress=False))
-    other = {r["drafter"]: r["drafter_source"] for r in again}
-    assert other["ngram-bigram"]["sha256"] != by_drafter["ngram-bigram"]["sha256"]
-    assert other["ngram-bigram"]["trained_on"]["corpus"][0]["sha256"] == sha256(corpus)
+    runner = BenchRunner(config, verifier, tmp_path / "home" / "ngram")
+    other = runner.source("ngram-bigram", resolve_grid_languages(config)[0])
+    assert other["sha256"] != by_drafter["ngram-bigram"]["sha256"]
+    before = by_drafter["ngram-bigram"]["trained_on"]["corpus"][0]["sha256"]
+    assert other["trained_on"]["corpus"][0]["sha256"] == sha256(corpus) != before
 
 
 def test_ngram_stats_shows_the_benchs_provenance(verifier, language_files, tmp_path, monkeypatch, capsys):
