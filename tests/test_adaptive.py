@@ -1,5 +1,5 @@
 """Adaptive drafting stays lossless, drafts nothing when drafts do not pay, and drafts long
-when they do."""
+when they do; in chains and in token trees."""
 
 from __future__ import annotations
 
@@ -9,9 +9,18 @@ import pytest
 from fixtures import check_sampling_is_exact, hf_greedy, random_prompts
 
 from polyspec.decoding import Decoder
-from polyspec.drafters.adaptive import AdaptiveDrafter, DepthAcceptance, VerifyCosts, measure_verify_costs
+from polyspec.drafters.adaptive import (
+    AdaptiveDrafter,
+    DepthAcceptance,
+    NodeAcceptance,
+    VerifyCosts,
+    measure_verify_costs,
+    merge,
+)
 from polyspec.drafters.model import ModelDrafter
 from polyspec.drafters.prompt_lookup import PromptLookupDrafter
+from polyspec.sampling import SamplingConfig
+from polyspec.tree import ROOT, TokenTree
 from polyspec.types import Draft
 
 # A CPU in bfloat16: a verify call costs about the same up to 8 tokens, then grows.
@@ -149,3 +158,163 @@ def test_generate_cli_with_adaptive_drafting_is_lossless(verifier, verifier_dir,
     assert list((tmp_path / "verify-costs").glob("*.json"))  # measured once, kept for the next run
     code, _, err = run_cli(monkeypatch, capsys, *args, "--drafter", "adaptive:oops")
     assert code == 2 and "unknown drafter" in err and "Traceback" not in err
+
+
+# Token trees.
+
+
+class Recording(AdaptiveDrafter):
+    """Keeps every tree it sends."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent: list[TokenTree] = []
+
+    def propose_tree(self, context, budget, max_depth):
+        tree = super().propose_tree(context, budget, max_depth)
+        assert len(tree) <= budget and tree.depth <= max_depth
+        self.sent.append(tree)
+        return tree
+
+
+class ChainsOf:
+    """A drafter's chains only (its propose_tree hidden): a model drafter sampling with rows."""
+
+    def __init__(self, drafter) -> None:
+        self.drafter = drafter
+
+    def start(self, prompt_ids, processor, generator) -> None:
+        self.drafter.start(prompt_ids, processor, generator)
+
+    def propose(self, context, k) -> Draft:
+        return self.drafter.propose(context, k)
+
+
+class JunkTrees:
+    """Trees of tokens the verifier does not write (<unk>, <pad>), as many nodes as asked for."""
+
+    def start(self, prompt_ids, processor, generator) -> None:
+        pass
+
+    def propose(self, context, k) -> Draft:
+        return Draft(tokens=[3] * k)
+
+    def propose_tree(self, context, budget, max_depth) -> TokenTree:
+        tokens, parents, frontier = [], [], [ROOT]
+        while frontier and len(tokens) < budget:
+            node = frontier.pop(0)
+            for token in (3, 0):
+                if len(tokens) < budget and (node == ROOT or len(TokenTree(tokens, parents).path(node)) < max_depth):
+                    tokens.append(token)
+                    parents.append(node)
+                    frontier.append(len(tokens) - 1)
+        return TokenTree(tokens=tokens, parents=parents, scores=[0.5 ** len(TokenTree(tokens, parents).path(i))
+                                                                 for i in range(len(tokens))])  # fmt: skip
+
+
+class FakeArm:
+    def __init__(self, name: str, depth: int = 4) -> None:
+        self.name, self.nodes = name, NodeAcceptance(depth)
+
+
+def test_node_acceptance_trusts_the_drafter_until_evidence_says_otherwise():
+    estimate = NodeAcceptance(max_depth=3)
+    assert estimate.rate(1, 0.9) == pytest.approx(0.9) and estimate.rate(2, None) == 0.5
+    for _ in range(300):
+        estimate.update(1, 0.9, False)
+    assert estimate.rate(1, 0.9) < 0.02
+    assert estimate.rate(1, 0.3) == pytest.approx(0.3) and estimate.rate(2, 0.9) == pytest.approx(0.9)
+
+
+def test_merged_trees_share_paths_and_siblings_never_sum_past_one():
+    a, b = FakeArm("a"), FakeArm("b")
+    first = TokenTree(tokens=[5, 6, 7], parents=[-1, 0, -1])  # 5 -> 6, and 7
+    second = TokenTree(tokens=[5, 8, 9], parents=[-1, 0, -1])  # 5 -> 8, and 9
+    candidates = merge([(a, first, [0.9, 0.8, 0.6]), (b, second, [0.5, 0.7, 0.6])])
+    paths = {tuple(candidates.tokens[i] for i in TokenTree(candidates.tokens, candidates.parents).path(n)): n
+             for n in range(len(candidates.tokens))}  # fmt: skip
+    assert sorted(paths) == [(5,), (5, 6), (5, 8), (7,), (9,)]  # one node 5, distinct siblings
+    assert candidates.owners[paths[(5,)]] == {"a", "b"}
+    roots = [n for n, parent in enumerate(candidates.parents) if parent == ROOT]
+    assert sum(candidates.path[n] for n in roots) == pytest.approx(1.0)  # 0.9 + 0.6 + 0.6 scaled down
+    assert candidates.path[paths[(5,)]] == pytest.approx(0.9 / 2.1)  # the higher of 0.9 and 0.5
+    kids = [paths[(5, 6)], paths[(5, 8)]]
+    assert sum(candidates.path[n] for n in kids) == pytest.approx(candidates.path[paths[(5,)]])  # 0.8 + 0.7 > 1
+    ranked = candidates.ranked(5)
+    assert all(candidates.parents[n] == ROOT or candidates.parents[n] in ranked[:i] for i, n in enumerate(ranked))
+
+
+def test_adaptive_trees_equal_transformers_greedy(verifier, draft_dir):
+    from polyspec.models import LoadedModel
+
+    draft = LoadedModel.load(str(draft_dir), dtype="float32")
+    adaptive = Recording(
+        {
+            "lookup": PromptLookupDrafter(),
+            "random": RandomDrafter(),
+            "model": ModelDrafter(draft, verifier.vocab_size),
+            "junk": JunkTrees(),
+        },
+        FLAT_COSTS,
+    )
+    decoder = Decoder(verifier)
+    for penalty, (gamma, budget) in [(1.0, (3, 8)), (1.3, (5, 16))]:
+        sampling = SamplingConfig(temperature=0.0, repetition_penalty=penalty)
+        for prompt in random_prompts(5, seed=gamma):
+            result = decoder.generate(prompt, adaptive, gamma=gamma, tree=budget, sampling=sampling, max_new_tokens=30)
+            assert result.token_ids == hf_greedy(verifier.model, prompt, 30, repetition_penalty=penalty)
+            s = result.stats
+            assert s.nodes_verified == s.proposed + s.verifier_calls
+    branched = [tree for tree in adaptive.sent if not tree.is_chain]
+    assert branched and any(len(tree) > 4 for tree in branched)  # real trees, not only chains
+    assert any(" | " in route for route in adaptive.route)  # trees merged from several drafters
+
+
+def test_a_tree_that_cannot_pay_is_never_sent(verifier):
+    # Each position costs a full step: no tree is worth its width, however good the drafter.
+    linear = VerifyCosts((1, 2, 4, 8, 16), (1.0, 2.0, 4.0, 8.0, 16.0))
+    adaptive = AdaptiveDrafter({"lookup": PromptLookupDrafter(), "junk": JunkTrees()}, linear, observe_costs=False)
+    decoder = Decoder(verifier)
+    for prompt in random_prompts(4, seed=4):
+        result = decoder.generate(prompt, adaptive, gamma=4, tree=16, max_new_tokens=30)
+        assert result.stats.proposed == 0 and result.stats.nodes_verified == result.stats.verifier_calls
+    assert set(adaptive.route) == {""} and set(adaptive.widths) == {0}
+
+
+def test_a_tree_drafter_that_never_pays_ends_in_plain_decoding(verifier):
+    costs = VerifyCosts((1, 2, 4, 8, 16), (1.0, 1.03, 1.05, 1.1, 1.3))
+    adaptive = AdaptiveDrafter({"junk": JunkTrees()}, costs, observe_costs=False)
+    decoder = Decoder(verifier)
+    for i, prompt in enumerate(random_prompts(8, seed=1)):
+        if i == 4:
+            adaptive.route.clear()  # what it does once it has learnt is what counts
+        decoder.generate(prompt, adaptive, gamma=4, tree=16, max_new_tokens=40)
+    assert adaptive.route[""] > 0.9 * sum(adaptive.route.values())
+
+
+def test_a_chain_drafter_that_is_always_right_drafts_long_in_tree_mode(verifier):
+    prompt = [2, 9, 13, 5]
+    oracle = OracleDrafter(prompt, hf_greedy(verifier.model, prompt, 80))
+    adaptive = AdaptiveDrafter({"oracle": oracle, "junk": JunkTrees()}, FLAT_COSTS)
+    result = Decoder(verifier).generate(prompt, adaptive, gamma=8, tree=16, max_new_tokens=80)
+    assert result.token_ids == hf_greedy(verifier.model, prompt, 80)
+    assert result.stats.tokens_per_call > 4
+
+
+@pytest.mark.slow
+def test_sampled_adaptive_trees_follow_the_exact_distribution(verifier, draft_dir):
+    from polyspec.models import LoadedModel
+
+    draft = LoadedModel.load(str(draft_dir), dtype="float32")
+    adaptive = Recording(
+        {
+            "lookup": PromptLookupDrafter(),
+            "model": ModelDrafter(draft, verifier.vocab_size),  # point-mass trees, pruned freely
+            "sampled": ChainsOf(ModelDrafter(draft, verifier.vocab_size)),  # rows: chains by the chain rule
+        },
+        FLAT_COSTS,
+        observe_costs=False,  # drafts pay against this curve, however fast the tiny verifier is
+    )
+    check_sampling_is_exact(verifier, adaptive, trials=500, tree=6)
+    assert any(not tree.is_chain for tree in adaptive.sent)
+    assert any(tree.probs is not None for tree in adaptive.sent)  # the sampled chains were sent too

@@ -12,15 +12,31 @@ than plain decoding by more than the bookkeeping.
 - Deterministic drafters (point masses: n-gram argmax, prompt lookup) propose every step, chosen
   or not: whatever the verifier emits is distributed as plain decoding, so comparing a shadow
   proposal with the tokens that followed is an unbiased look at its acceptance at no verify cost.
+  A proposal is scored once the tokens after it decide it, which may be a few steps later.
 - Exactness when the verifier samples: a stochastic draft (tokens drawn from rows q) may only be
   cut by a rule that looks at what came before each token, never at the token itself. Such
   drafters are chosen from past evidence before they draft, and cut sequentially: token i is
   kept when adding it raises the expected rate, which depends on depth and on the peak of row
   i (a function of the tokens before it).
+
+Token trees (`propose_tree`, when the engine verifies trees of up to N nodes): the cheap
+deterministic drafters each propose a tree of N nodes, and their trees are merged into one
+candidate tree (a token two drafters propose after the same path is one node). A node v is
+kept, once its parent was, with chance a(v), estimated per drafter from the depth and the
+drafter's own probability for v (its path score over its parent's), calibrated by how often
+such nodes were kept (`NodeAcceptance`). Point-mass siblings are disjoint events (child i is
+taken with probability p(xi) exactly, `polyspec.acceptance`), so a tree is worth
+E = 1 + sum over nodes of P(v), P(v) the product of a along v's path, and siblings' chances
+together are at most 1. The nodes sorted by P (parents first: P never grows down a path) are
+pruned to the prefix of n nodes that maximises E(n) / verify time(n + 1); n = 0 is plain
+decoding. Drafters too slow to shadow (a draft model) are chosen from evidence, as for chains,
+then their tree joins the merge. A drafter whose trees carry rows while the verifier samples
+drafts a chain by the chain rule above; nothing stochastic is ever pruned by looking at it.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections import Counter
@@ -29,7 +45,8 @@ from dataclasses import dataclass
 
 import torch
 
-from polyspec.drafters.base import Drafter
+from polyspec.drafters.base import Drafter, can_branch
+from polyspec.tree import EMPTY_TREE, ROOT, TokenTree, select_by_score
 from polyspec.types import EMPTY_DRAFT, Draft
 
 
@@ -116,6 +133,35 @@ class DepthAcceptance:
             self.trials[depth][b] = self.trials[depth][b] * self.decay + 1.0
 
 
+class NodeAcceptance:
+    """P(a tree node is kept | its parent was), by depth and by the drafter's own probability
+    for the node, from decaying counts. Before evidence a bucket trusts the drafter: its prior
+    is that probability, worth PRIOR_WEIGHT observations (nodes without one: 1/2)."""
+
+    BUCKETS = 8
+    PRIOR_WEIGHT = 2.0
+
+    def __init__(self, max_depth: int, decay: float = 0.995) -> None:
+        self.decay = decay
+        self.hits = [[0.0] * (self.BUCKETS + 1) for _ in range(max_depth + 1)]
+        self.trials = [[0.0] * (self.BUCKETS + 1) for _ in range(max_depth + 1)]
+
+    def bucket(self, probability: float | None) -> int:
+        if probability is None:
+            return self.BUCKETS
+        return min(max(int(probability * self.BUCKETS), 0), self.BUCKETS - 1)
+
+    def rate(self, depth: int, probability: float | None) -> float:
+        depth, b = min(depth, len(self.hits) - 1), self.bucket(probability)
+        prior = 0.5 if probability is None else min(max(probability, 0.0), 1.0)
+        return (self.hits[depth][b] + self.PRIOR_WEIGHT * prior) / (self.trials[depth][b] + self.PRIOR_WEIGHT)
+
+    def update(self, depth: int, probability: float | None, kept: bool) -> None:
+        depth, b = min(depth, len(self.hits) - 1), self.bucket(probability)
+        self.hits[depth][b] = self.hits[depth][b] * self.decay + kept
+        self.trials[depth][b] = self.trials[depth][b] * self.decay + 1.0
+
+
 # A drafter not tried for this many steps gets one short draft: it may pay again by now.
 EXPLORE_EVERY = 16
 # How much better than plain decoding a draft's expected rate must be to be sent.
@@ -124,23 +170,44 @@ PLAIN_MARGIN = 1.02
 SHADOW_COST_SHARE = 0.1
 
 
+@dataclass
+class _Pending:
+    """A proposal waiting for the tokens that followed it (a chain is a tree whose node i has
+    parent i - 1). marks: per node, the confidence the chain estimates bucket by (row peaks);
+    probabilities: per node, the drafter's own probability for it (None: no node evidence)."""
+
+    start: int
+    tree: TokenTree
+    marks: list[float | None]
+    probabilities: list[float | None] | None = None
+
+
 class _Arm:
     """One drafter with what is known of it."""
 
     def __init__(self, name: str, drafter: Drafter, max_depth: int) -> None:
         self.name = name
         self.drafter = drafter
-        self.acceptance = DepthAcceptance(max_depth)
+        self.branches = can_branch(drafter)
+        self.acceptance = DepthAcceptance(max_depth)  # by depth along its first-choice chain
+        self.nodes = NodeAcceptance(max_depth)  # tree nodes, by depth and own probability
         self.seconds_per_token = 0.0  # decaying mean of a proposal's time per token asked for
         self.calls = 0
+        self.tree_seconds = 0.0  # decaying mean of a tree proposal's time
+        self.tree_calls = 0
         self.last_chosen = 0
-        self.pending: tuple[int, list[int], list[float | None]] | None = None  # start, tokens, confidences
+        self.pending: list[_Pending] = []
         self.stochastic = False  # seen to hand over rows while the verifier samples
+        self.stochastic_trees = False  # the same, for its trees
 
     def shadowed(self, verify_seconds: float, greedy: bool) -> bool:
         """Deterministic and cheap: it may propose every step, chosen or not."""
         cheap = self.seconds_per_token * 4 < SHADOW_COST_SHARE * verify_seconds
         return cheap and not (self.stochastic and not greedy)
+
+    def shadowed_tree(self, verify_seconds: float, greedy: bool) -> bool:
+        cheap = self.tree_seconds < SHADOW_COST_SHARE * verify_seconds
+        return cheap and not (self.stochastic_trees and not greedy)
 
     def timed_propose(self, context: Sequence[int], k: int) -> Draft:
         began = time.perf_counter()
@@ -150,20 +217,65 @@ class _Arm:
         self.seconds_per_token += (spent / max(k, 1) - self.seconds_per_token) / min(self.calls, 20)
         return draft
 
-    def resolve(self, context: Sequence[int]) -> None:
-        """Score the pending proposal against the tokens that followed it."""
-        if self.pending is None:
-            return
-        start, tokens, marks = self.pending
-        self.pending = None
+    def timed_tree(self, context: Sequence[int], budget: int, depth: int) -> TokenTree:
+        """Its tree (a drafter that cannot branch: its chain)."""
+        began = time.perf_counter()
+        if self.branches:
+            tree = self.drafter.propose_tree(context, budget, depth)
+        else:
+            draft = self.drafter.propose(context, min(budget, depth))
+            tree = TokenTree.chain(draft.tokens, draft.probs)
+        spent = time.perf_counter() - began
+        self.tree_calls += 1
+        self.tree_seconds += (spent - self.tree_seconds) / min(self.tree_calls, 20)
+        return tree
+
+    def settle(self, context: Sequence[int]) -> None:
+        """Score the pending proposals that the tokens after them now decide."""
+        self.pending = [pending for pending in self.pending if not self._settled(pending, context)]
+
+    def _settled(self, pending: _Pending, context: Sequence[int]) -> bool:
+        tree, start = pending.tree, pending.start
         known = len(context) - start
-        for depth, (token, confidence) in enumerate(zip(tokens, marks, strict=True), start=1):
-            if depth > known:
-                return
-            kept = context[start + depth - 1] == token
-            self.acceptance.update(depth, confidence, kept)
+        walk: list[int] = []  # the node kept at each depth
+        node = ROOT
+        while children := tree.children(node):
+            if len(walk) >= known:
+                return False  # still matching where the tokens end: wait for more
+            token = context[start + len(walk)]
+            node = next((child for child in children if tree.tokens[child] == token), None)
+            if node is None:
+                break
+            walk.append(node)
+        if pending.probabilities is not None:
+            parent = ROOT
+            for depth in range(1, len(walk) + 2):
+                kept = walk[depth - 1] if depth <= len(walk) else None
+                for child in tree.children(parent):
+                    self.nodes.update(depth, pending.probabilities[child], child == kept)
+                if kept is None:
+                    break
+                parent = kept
+        node, depth = ROOT, 1
+        while children := tree.children(node):  # the first choices make the chain estimates
+            kept = depth <= len(walk) and walk[depth - 1] == children[0]
+            self.acceptance.update(depth, pending.marks[children[0]], kept)
             if not kept:
-                return
+                break
+            node, depth = children[0], depth + 1
+        return True
+
+
+def node_probabilities(tree: TokenTree) -> list[float | None]:
+    """Each node's probability given its parent, by the drafter's own path scores (None: none)."""
+    scores = tree.scores
+    if len(scores) != len(tree):
+        return [None] * len(tree)
+    out: list[float | None] = []
+    for score, parent in zip(scores, tree.parents, strict=True):
+        above = 1.0 if parent == ROOT else scores[parent]
+        out.append(min(score / above, 1.0) if above > 0 else None)
+    return out
 
 
 def confidences(draft: Draft) -> list[float | None]:
@@ -171,6 +283,62 @@ def confidences(draft: Draft) -> list[float | None]:
     if draft.probs is None:
         return [None] * len(draft)
     return [float(p) for p in draft.probs.max(dim=-1).values.tolist()]
+
+
+@dataclass
+class Candidates:
+    """Trees merged into one: node i follows parents[i] (ROOT: the context), `path` is its
+    estimated chance of being kept (the product of the node chances along its path), `owners`
+    the drafters that proposed it."""
+
+    tokens: list[int]
+    parents: list[int]
+    depths: list[int]
+    path: list[float]
+    owners: list[set[str]]
+
+    def ranked(self, budget: int) -> list[int]:
+        """The `budget` most probable nodes, best first; ties: shallower. Every prefix holds
+        the parents of its nodes."""
+        order = sorted(range(len(self.tokens)), key=lambda i: (-self.path[i], self.depths[i], i))
+        return order[:budget]
+
+
+def merge(proposals: Sequence[tuple[_Arm, TokenTree, list[float | None]]]) -> Candidates:
+    """One candidate tree from every drafter's tree; a node's chance is the highest any of its
+    drafters gives it, and siblings' chances are scaled to sum to at most 1."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    depths: list[int] = []
+    chance: list[float] = []
+    owners: list[set[str]] = []
+    index: dict[tuple[int, int], int] = {}  # (parent node, token) -> node
+    for arm, tree, probabilities in proposals:
+        mapped: list[int] = []
+        for i, (token, parent) in enumerate(zip(tree.tokens, tree.parents, strict=True)):
+            above = ROOT if parent == ROOT else mapped[parent]
+            depth = 1 if above == ROOT else depths[above] + 1
+            estimate = arm.nodes.rate(depth, probabilities[i])
+            node = index.get((above, token))
+            if node is None:
+                node = index[(above, token)] = len(tokens)
+                tokens.append(token)
+                parents.append(above)
+                depths.append(depth)
+                chance.append(estimate)
+                owners.append({arm.name})
+            else:
+                chance[node] = max(chance[node], estimate)
+                owners[node].add(arm.name)
+            mapped.append(node)
+    totals: dict[int, float] = {}
+    for node, above in enumerate(parents):
+        totals[above] = totals.get(above, 0.0) + chance[node]
+    path: list[float] = []
+    for node, above in enumerate(parents):
+        share = chance[node] / max(totals[above], 1.0)
+        path.append(share * (1.0 if above == ROOT else path[above]))
+    return Candidates(tokens, parents, depths, path, owners)
 
 
 class StepCosts:
@@ -196,7 +364,8 @@ class StepCosts:
 
 
 class AdaptiveDrafter:
-    """Routes among drafters and sizes each draft by the expected tokens per second."""
+    """Routes among drafters and sizes each draft (a chain, or a token tree when the engine
+    verifies trees) by the expected tokens per second."""
 
     def __init__(
         self, drafters: dict[str, Drafter], costs: VerifyCosts, max_depth: int = 8, observe_costs: bool = True
@@ -205,7 +374,9 @@ class AdaptiveDrafter:
         self.arms = [_Arm(name, drafter, max_depth) for name, drafter in drafters.items()]
         self.costs = StepCosts(costs)
         self.max_depth = max_depth
-        self.route: Counter[str] = Counter()  # proposals by the drafter that made them ("" = plain steps)
+        # Proposals by the drafters that made them ("" = plain steps; a merged tree: "a | b").
+        self.route: Counter[str] = Counter()
+        self.widths: Counter[int] = Counter()  # tree mode: nodes sent per step
         self._greedy = True
         self._steps = 0
         self._sent: tuple[int, float] | None = None  # width of the last step and when it began
@@ -215,8 +386,13 @@ class AdaptiveDrafter:
         self._greedy = processor.config.greedy
         for arm in self.arms:
             arm.drafter.start(prompt_ids, processor, generator)
-            arm.pending = None
+            arm.pending = []
         self._sent = None
+
+    def _observe(self) -> None:
+        if self._sent is not None and self.observe_costs:
+            width, began = self._sent
+            self.costs.record(width, time.perf_counter() - began)
 
     def _cut(self, arm: _Arm, marks: Sequence[float | None]) -> tuple[int, float]:
         """(n, expected tokens per second): extend while the rate rises (a sequential rule)."""
@@ -231,18 +407,19 @@ class AdaptiveDrafter:
             best_n, best = n, rate
         return best_n, best
 
+    def _settle(self, context: Sequence[int]) -> None:
+        for arm in self.arms:
+            arm.settle(context)
+        self._steps += 1
+
     def propose(self, context: Sequence[int], k: int) -> Draft:
-        if self._sent is not None and self.observe_costs:
-            width, began = self._sent
-            self.costs.record(width, time.perf_counter() - began)
+        self._observe()
         draft = self._choose(context, k)
         self._sent = (len(draft) + 1, time.perf_counter())
         return draft
 
     def _choose(self, context: Sequence[int], k: int) -> Draft:
-        for arm in self.arms:
-            arm.resolve(context)
-        self._steps += 1
+        self._settle(context)
         k = min(k, self.max_depth)
         if k <= 0:
             return EMPTY_DRAFT
@@ -256,7 +433,7 @@ class AdaptiveDrafter:
                 if draft.probs is not None and not self._greedy:
                     arm.stochastic = True  # its rows depend on its draws: never cut by looking at them
                     continue
-                arm.pending = (len(context), list(draft.tokens), [None] * len(draft))
+                arm.pending.append(_Pending(len(context), TokenTree.chain(draft.tokens), [None] * len(draft)))
                 n, rate = self._cut(arm, [None] * len(draft))
             else:
                 n, rate = self._cut(arm, [None] * k)
@@ -272,11 +449,125 @@ class AdaptiveDrafter:
         self.route[arm.name] += 1
         if best_draft is not None:
             return Draft(tokens=best_draft.tokens[:n])
-        # Chosen from evidence alone: draw n tokens, then cut by the rows' peaks, token by token.
+        return self._evidence_chain(arm, context, n)
+
+    def _evidence_chain(self, arm: _Arm, context: Sequence[int], n: int) -> Draft:
+        """Chosen from evidence alone: draw n tokens, then cut by the rows' peaks, token by token."""
         draft = arm.timed_propose(context, n)
         marks = confidences(draft)
         n, _ = self._cut(arm, marks) if draft.probs is not None else (len(draft), 0.0)
-        arm.pending = (len(context), list(draft.tokens[:n]), marks[:n])
+        arm.pending.append(_Pending(len(context), TokenTree.chain(draft.tokens[:n]), marks[:n]))
         if n == 0:
             return EMPTY_DRAFT
         return Draft(tokens=draft.tokens[:n], probs=None if draft.probs is None else draft.probs[:n])
+
+    # Token trees.
+
+    def propose_tree(self, context: Sequence[int], budget: int, max_depth: int) -> TokenTree:
+        """The tree of at most `budget` nodes and `max_depth` levels (EMPTY_TREE: plain
+        decoding) of highest expected tokens per second."""
+        self._observe()
+        tree = self._choose_tree(context, budget, max_depth)
+        self._sent = (len(tree) + 1, time.perf_counter())
+        self.widths[len(tree)] += 1
+        return tree
+
+    def _plain(self) -> TokenTree:
+        self.route[""] += 1
+        return EMPTY_TREE
+
+    def _choose_tree(self, context: Sequence[int], budget: int, max_depth: int) -> TokenTree:
+        self._settle(context)
+        depth = min(max_depth, self.max_depth)
+        if depth <= 0 or budget <= 0:
+            return self._plain()
+        verify = self.costs(1)
+        costs = [self.costs(width) for width in range(1, budget + 2)]  # costs[n]: a tree of n nodes
+        proposals: list[tuple[_Arm, TokenTree, list[float | None]]] = []
+        shadows = [arm for arm in self.arms if arm.shadowed_tree(verify, self._greedy)]
+        for arm in shadows:
+            tree = arm.timed_tree(context, budget, depth)
+            if tree.probs is not None and not self._greedy:
+                arm.stochastic_trees = True  # its rows depend on its draws: never cut by looking at them
+                continue
+            proposals.append((arm, tree, self._pend(arm, context, tree)))
+        candidates = merge(proposals)
+        chosen, rate = self._prune(candidates, costs)
+        best_rate, best_arm = rate if chosen else 0.0, None
+        for arm in self.arms:
+            if arm in shadows:
+                continue
+            estimate = self._evidence_rate(arm, depth, budget, costs)
+            if self._steps - arm.last_chosen >= EXPLORE_EVERY:
+                estimate = math.inf
+            if estimate > best_rate:
+                best_rate, best_arm = estimate, arm
+        exploring = best_rate == math.inf
+        if best_arm is not None and best_rate > PLAIN_MARGIN / verify:
+            arm = best_arm
+            arm.last_chosen = self._steps
+            if arm.stochastic_trees and not self._greedy:
+                return self._stochastic_chain(arm, context, depth, exploring)
+            tree = arm.timed_tree(context, budget, depth)
+            if tree.probs is not None and not self._greedy:
+                # Drawn after it was chosen: sent whole, never cut by looking at it.
+                arm.stochastic_trees = True
+                arm.pending.append(_Pending(len(context), tree, [None] * len(tree), node_probabilities(tree)))
+                self.route[arm.name] += 1
+                return tree
+            proposals.append((arm, tree, self._pend(arm, context, tree)))
+            candidates = merge(proposals)  # its drafting time is spent: only verify time counts now
+            chosen, rate = self._prune(candidates, costs)
+        if not chosen or rate <= PLAIN_MARGIN / verify:
+            return self._plain()
+        tokens, parents, scores, _ = select_by_score(
+            candidates.tokens, candidates.parents, candidates.path, len(chosen)
+        )
+        self.route[" | ".join(sorted(set().union(*(candidates.owners[i] for i in chosen))))] += 1
+        return TokenTree(tokens=tokens, parents=parents, scores=scores)
+
+    @staticmethod
+    def _pend(arm: _Arm, context: Sequence[int], tree: TokenTree) -> list[float | None]:
+        """Keeps the tree to score against the tokens that follow; returns its node probabilities."""
+        probabilities = node_probabilities(tree)
+        arm.pending.append(_Pending(len(context), tree, [None] * len(tree), probabilities))
+        return probabilities
+
+    @staticmethod
+    def _prune(candidates: Candidates, costs: list[float]) -> tuple[list[int], float]:
+        """The most probable nodes, as many as maximise expected tokens per verify second (none:
+        plain decoding), and that rate."""
+        ranked = candidates.ranked(len(costs) - 1)
+        best_n, best = 0, 1.0 / costs[0]
+        expected = 1.0
+        for n, node in enumerate(ranked, start=1):
+            expected += candidates.path[node]
+            rate = expected / costs[n]
+            if rate > best:
+                best_n, best = n, rate
+        return ranked[:best_n], best
+
+    def _evidence_rate(self, arm: _Arm, depth: int, budget: int, costs: list[float]) -> float:
+        """Expected tokens per second of an arm that is not shadowed, from its chain estimates
+        (a tree can only do better) and its drafting time."""
+        if arm.stochastic_trees and not self._greedy:
+            n, rate = self._cut(arm, [None] * depth)
+            return rate if n else 0.0
+        best, expected, survive = 0.0, 1.0, 1.0
+        for n in range(1, min(depth, budget) + 1):
+            survive *= arm.acceptance.rate(n)
+            expected += survive
+            best = max(best, expected / (arm.tree_seconds + costs[n]))
+        return best
+
+    def _stochastic_chain(self, arm: _Arm, context: Sequence[int], depth: int, exploring: bool) -> TokenTree:
+        """A chain by the chain rule: its length from evidence, then cut by its rows' peaks."""
+        n, _ = self._cut(arm, [None] * depth)
+        n = max(n, 1) if exploring else n
+        if n == 0:
+            return self._plain()
+        draft = self._evidence_chain(arm, context, n)
+        if not len(draft):
+            return self._plain()
+        self.route[arm.name] += 1
+        return TokenTree.chain(draft.tokens, draft.probs)
