@@ -56,7 +56,7 @@ def test_interrupted_generation_resumes_to_the_same_samples(verifier, language, 
     distill_ngram(verifier, language, 2, part, settings)
 
     def without_timing(samples):
-        return [{key: value for key, value in s.items() if key != "seconds"} for s in samples]
+        return [{key: value for key, value in s.items() if key not in ("seconds", "cpu_seconds")} for s in samples]
 
     resumed = Shards(log.parent).read()
     assert without_timing(resumed) == without_timing(Shards(whole.with_name(whole.name + ".samples")).read())
@@ -75,3 +75,80 @@ def test_model_file_records_the_distillation(verifier, language, tmp_path):
     assert int(meta["sampled_tokens"]) >= 30
     assert json.loads(meta["settings"])["sampling"]["top_k"] == 50
     assert meta["mix_documents"] == "1" and meta["mix_weight"] == "2"
+
+
+def test_model_file_records_the_seed_prompts_sampler_and_extra_metadata(verifier, language, tmp_path):
+    from polyspec.ngram import load
+    from polyspec.ngram_distill import SAMPLER_VERSION, prompts_fingerprint
+
+    out = tmp_path / "d.ngram"
+    settings = SelfCorpusSettings(tokens=10, batch=2, sample_tokens=6)
+    report = distill_ngram(verifier, language, 2, out, settings, metadata={"distilled_from": "tiny", "x": "1"})
+    meta = load(out).metadata
+    prompts = seed_prompts(language)
+    assert meta["seed_prompts_sha256"] == prompts_fingerprint(prompts) and meta["seed_prompts"] == str(len(prompts))
+    assert json.loads(meta["seed_prompt_kinds"]) == {"story": len(DISTILL_TOPICS), "continuation": len(prompts) - 24}
+    assert meta["distilled_from"] == "tiny" and meta["x"] == "1"  # given entries win
+    assert meta["sampler_version"] == str(SAMPLER_VERSION)
+    assert (meta["verifier_dtype"], meta["verifier_device"]) == ("float32", "cpu")
+    assert json.loads(meta["settings"])["tokens"] == 10
+    assert int(meta["sampled_tokens"]) == sum(len(s["ids"]) for s in Shards(out.with_name("d.ngram.samples")).read())
+    assert report.metadata["text_sha256"] == meta["text_sha256"]
+
+
+def _distill_args(verifier_dir, tmp_path, *more: str) -> list[str]:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12\nw3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14\n")
+    return ["ngram", "distill", "--language", "yor", "--corpus", str(corpus), "--out", str(tmp_path / "d.ngram"),
+            "--verifier", str(verifier_dir), "--tokens", "8", "--batch", "2", "--sample-tokens", "4",
+            "--order", "2", "--no-progress", "--dtype", "float32", *more]  # fmt: skip
+
+
+def test_distill_command_on_an_explicit_cpu_device(monkeypatch, capsys, verifier_dir, tmp_path):
+    from fixtures import run_cli
+
+    from polyspec.ngram import load
+
+    code, out, err = run_cli(monkeypatch, capsys, *_distill_args(verifier_dir, tmp_path, "--device", "cpu", "--json"))
+    assert code == 0, err
+    report = json.loads(out)
+    meta = load(tmp_path / "d.ngram").metadata
+    assert meta["verifier_device"] == "cpu" and meta["distilled_from"] == str(verifier_dir)
+    assert len(meta["verifier_fingerprint"]) == 64 and report["tokens"] > 0
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("cuda", "polyspec: error: device 'cuda' requested but no CUDA device is available: use --device cpu"),
+        ("cuda:1", "polyspec: error: device 'cuda:1' requested but no CUDA device is available: use --device cpu"),
+        ("gpu", "polyspec: error: unknown device 'gpu': use cpu, cuda, cuda:N or auto"),
+        ("cuda:x", "polyspec: error: unknown device 'cuda:x': use cpu, cuda, cuda:N or auto"),
+    ],
+)
+def test_a_missing_or_unknown_device_is_one_line_before_anything_loads(
+    monkeypatch, capsys, verifier_dir, tmp_path, device, message
+):
+    from fixtures import run_cli
+
+    import polyspec.specs
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the verifier was loaded")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(polyspec.specs, "load_model", no_loading)
+    code, out, err = run_cli(monkeypatch, capsys, *_distill_args(verifier_dir, tmp_path, "--device", device))
+    assert (code, out, err.strip()) == (2, "", message)
+
+
+def test_auto_device_without_cuda_samples_on_the_cpu(monkeypatch):
+    from polyspec.commands.ngram_distill import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == "cpu" and resolve_device("cpu") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert resolve_device("auto") == "cuda" and resolve_device("cuda:0") == "cuda:0"
+    with pytest.raises(Exception, match="there are 1 CUDA devices"):
+        resolve_device("cuda:1")

@@ -11,6 +11,9 @@ corpus. Seed prompts never touch what the benchmark evaluates:
 Samples are appended to shards (one JSON line per sample, fsynced), so an interrupted run
 resumes where it stopped; the prompt order and every batch's seed are fixed by `seed`, so a
 resumed run writes what an uninterrupted one would have.
+
+The verifier samples on its own device (`LoadedModel.device`: a GPU works as the CPU does, one
+transfer of the drawn ids per step); decoding the samples and counting them run on the CPU.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import torch
 
 from polyspec.errors import UserError
 from polyspec.models import LoadedModel
-from polyspec.sampling import STUDY_SAMPLING, LogitsProcessor, SamplingConfig, sample
+from polyspec.sampling import STUDY_SAMPLING, LogitsProcessor, SamplingConfig
 
 # None of these is a topic of the benchmark's story prompts (polyspec.tasks.STORY_TOPICS).
 DISTILL_TOPICS = (
@@ -38,6 +41,11 @@ DISTILL_TOPICS = (
     "stubborn donkey", "open door", "cold morning", "friendly monkey", "first harvest",
     "village well", "wooden flute", "hidden cave", "dancing girl",
 )  # fmt: skip
+
+
+# Changes whenever `sample_batch` draws differently from the same seed, so that caches keyed by
+# the settings notice: 1 drew row by row, 2 draws every row of a step in one call.
+SAMPLER_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -135,18 +143,18 @@ def sample_batch(
             input_ids=step_ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1]  # fmt: skip
-        chosen = []
-        for row, history in enumerate(histories):
-            probs = processor.probs(logits[row : row + 1], history, len(history))[0]
-            token = sample(probs, generator)
-            chosen.append(token)
+        # Every row after its own history (the repetition penalty's context), drawn in one call
+        # on the verifier's device; one transfer of the chosen ids per step.
+        probs = processor.probs_after(logits, (), histories)
+        drawn = torch.multinomial(probs, 1, generator=generator)
+        for row, token in enumerate(drawn[:, 0].tolist()):
             if not done[row]:
-                history.append(token)
+                histories[row].append(token)
                 outputs[row].append(token)
                 done[row] = token in eos
         if all(done):
             break
-        step_ids = torch.tensor([[t] for t in chosen], device=device)
+        step_ids = drawn
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
     return outputs
 
@@ -168,11 +176,20 @@ def generate_corpus(
     while total < settings.tokens:
         picks = [order[(batch_index * settings.batch + i) % len(order)] for i in range(settings.batch)]
         ids = [_encode(verifier, prompts[i][1]) for i in picks]
-        began = time.perf_counter()
+        began, cpu_began = time.perf_counter(), time.process_time()
         outputs = sample_batch(verifier, ids, settings, settings.seed * 1_000_003 + batch_index, eos)
-        share = (time.perf_counter() - began) / len(picks)  # so the log says what N tokens cost
+        # Each sample's share of its batch's wall-clock and CPU time (all threads of this
+        # process), so that the log says what N tokens cost, also on a shared machine.
+        share = (time.perf_counter() - began) / len(picks)
+        cpu_share = (time.process_time() - cpu_began) / len(picks)
         samples = [
-            {"prompt": i, "kind": prompts[i][0], "ids": out, "seconds": round(share, 4)}
+            {
+                "prompt": i,
+                "kind": prompts[i][0],
+                "ids": out,
+                "seconds": round(share, 4),
+                "cpu_seconds": round(cpu_share, 4),
+            }
             for i, out in zip(picks, outputs, strict=True)
         ]
         shards.append(samples)
@@ -206,11 +223,16 @@ def distill_ngram(
     mix: list[str] | None = None,
     mix_weight: int = 1,
     on_progress=None,
+    metadata: dict | None = None,
 ):
     """Generate (or resume) the verifier's corpus next to `out` and train the n-gram on it.
 
     With `mix` (documents of a real corpus), counts add up: the verifier's samples count
-    `mix_weight` times each, the real documents once."""
+    `mix_weight` times each, the real documents once. The model file's metadata records the
+    verifier, the language, the seed prompts (how many of each kind, and a SHA-256 of them all),
+    the settings, the sampler version and the tokens sampled; `metadata` adds entries to it (or
+    replaces them: e.g. `distilled_from` with the name the verifier was given by, or a
+    fingerprint of its weights)."""
     from polyspec.ngram.train import train
 
     if order < 1:
@@ -224,15 +246,23 @@ def distill_ngram(
     texts = [decode(s["ids"], skip_special_tokens=True) for s in samples]
     documents = texts * mix_weight + list(mix or [])
     prompts = seed_prompts(language, extra_prompts)
-    metadata = {
+    kinds: dict[str, int] = {}
+    for kind, _ in prompts:
+        kinds[kind] = kinds.get(kind, 0) + 1
+    recorded = {
         "distilled_from": verifier.name,
+        "verifier_dtype": verifier.dtype_name,
+        "verifier_device": verifier.device.type,
         "language": language.code,
         "sampled_tokens": str(sum(len(s["ids"]) for s in samples)),
         "samples": str(len(samples)),
         "seed_prompts": str(len(prompts)),
+        "seed_prompt_kinds": json.dumps(kinds, sort_keys=True),
         "seed_prompts_sha256": prompts_fingerprint(prompts),
         "settings": json.dumps({**asdict(settings), "sampling": asdict(settings.sampling)}),
+        "sampler_version": str(SAMPLER_VERSION),
         "mix_documents": str(len(mix or [])),
         "mix_weight": str(mix_weight),
+        **(metadata or {}),
     }
-    return train(verifier.tokenizer, documents, order=order, out=out, show_progress=False, metadata=metadata)
+    return train(verifier.tokenizer, documents, order=order, out=out, show_progress=False, metadata=recorded)
