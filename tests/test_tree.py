@@ -469,12 +469,19 @@ def test_greedy_tree_decoding_equals_transformers_for_every_drafter(verifier, dr
 def test_generate_with_trees_equals_transformers(
     monkeypatch, capsys, tmp_path, tokenizer, draft_dir, ngram_path, family
 ):
+    monkeypatch.setenv("POLYSPEC_HOME", str(tmp_path / "home"))  # the adaptive drafter's measured costs
     model = tiny_gemma(seed=11) if family == "gemma" else tiny_llama(seed=11)
     path = save(model, tokenizer, tmp_path / family)
     prompt = "w5 w6 w7 w5 w6 w7 w9 w5 w6"
     ids = tokenizer(prompt)["input_ids"]
     expected = hf_greedy(model, ids, 30)
-    specs = ["prompt-lookup", f"ngram:{ngram_path}+context", f"ngram:{ngram_path}", f"model:{draft_dir}"]
+    specs = [
+        "prompt-lookup",
+        f"ngram:{ngram_path}+context",
+        f"ngram:{ngram_path}",
+        f"model:{draft_dir}",
+        f"adaptive:prompt-lookup;ngram:{ngram_path}+context;model:{draft_dir}",
+    ]
     for spec, (gamma, budget) in itertools.product(specs, [(3, 8), (4, 16)]):
         code, out, err = run_cli(
             monkeypatch, capsys, "generate", "--verifier", str(path), "--drafter", spec, "--gamma", str(gamma),
@@ -485,6 +492,8 @@ def test_generate_with_trees_equals_transformers(
         assert result["token_ids"] == expected, (spec, gamma, budget)
         stats = result["stats"]
         assert stats["nodes_verified"] == stats["proposed"] + stats["verifier_calls"]
+        if spec.startswith("adaptive"):
+            assert stats["accepted"] > 0 and stats["nodes_verified"] > stats["verifier_calls"] + stats["accepted"]
 
 
 def test_tree_settings_are_user_errors(monkeypatch, capsys, verifier_dir, verifier):
@@ -519,6 +528,21 @@ def test_hybrid_models_verify_chains_only(tokenizer):
     with pytest.raises(UserError, match="chains only"):
         Decoder(hybrid).generate([2, 5, 6], PromptLookupDrafter(), gamma=3, tree=8)
     assert len(Decoder(hybrid).generate([2, 5, 6], PromptLookupDrafter(), gamma=3, max_new_tokens=5).token_ids) == 5
+
+
+def test_adaptive_trees_on_a_hybrid_model_are_a_user_error_and_chains_work(monkeypatch, capsys, tmp_path, tokenizer):
+    from fixtures import tiny_qwen35
+
+    monkeypatch.setenv("POLYSPEC_HOME", str(tmp_path / "home"))
+    path = save(tiny_qwen35(seed=3), tokenizer, tmp_path / "qwen3.5")
+    args = ["generate", "--verifier", str(path), "--drafter", "adaptive:prompt-lookup", "--gamma", "3",
+            "--prompt", "w5 w6 w5 w6", "--max-new-tokens", "6", "--dtype", "float32", "--json"]  # fmt: skip
+    code, _, err = run_cli(monkeypatch, capsys, *args, "--tree", "8")
+    assert code == 2 and "chains only" in err and "drop --tree" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "home" / "verify-costs").exists()  # refused before the drafter measured anything
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 0, err
+    assert len(json.loads(out)["token_ids"]) == 6
 
 
 def branching_prompt(verifier) -> list[int]:

@@ -32,7 +32,11 @@ def generate(
     drafter: Annotated[str, typer.Option(help=DRAFTER_HELP)] = "none",
     gamma: Annotated[int, typer.Option(help="Draft length per verifier call.")] = 3,
     tree: Annotated[
-        int, typer.Option(help="Verify token trees of up to N nodes and gamma levels (N >= gamma; 0 = chains).")
+        int,
+        typer.Option(
+            help="Verify token trees of up to N nodes and gamma levels (N >= gamma; 0 = chains); "
+            "an adaptive drafter sizes each tree, up to N nodes, by expected tokens per second."
+        ),
     ] = 0,
     prompt: Annotated[str | None, typer.Option(help="Prompt text.")] = None,
     prompt_file: Annotated[Path | None, typer.Option(help="Read the prompt from this file.")] = None,
@@ -60,6 +64,7 @@ def generate(
     parse_drafter(drafter)
     model = load_model(verifier, dtype=dtype, device=device)
     decoder = Decoder(model)
+    decoder.check_tree_support(tree)  # before a drafter is built (an adaptive one measures the verifier)
     prompt_ids = decoder.encode(text)
     result = decoder.generate(
         prompt_ids,

@@ -60,6 +60,11 @@ class Decoder:
         self.lm = CachedLM(verifier.model)
         self._synchronize = synchronizer(verifier.device)
 
+    def check_tree_support(self, tree: int) -> None:
+        """A tree budget needs a verifier that takes token trees (hybrid models: chains only)."""
+        if tree and (reason := self.lm.tree_support()) is not None:
+            raise UserError(f"{reason} (drop --tree)")
+
     def eos_token_ids(self) -> frozenset[int]:
         ids = self.verifier.model.generation_config.eos_token_id
         if ids is None:
@@ -103,8 +108,7 @@ class Decoder:
         drafter = drafter or NoDrafter()
         check_budget(gamma, max_new_tokens)
         check_tree(tree, gamma)
-        if tree and (reason := self.lm.tree_support()) is not None:
-            raise UserError(f"{reason} (drop --tree)")
+        self.check_tree_support(tree)
         if tree and not can_branch(drafter):
             raise UserError(
                 f"{type(drafter).__name__} drafts chains only: drop --tree or choose a drafter that branches"
