@@ -130,7 +130,14 @@ class SuffixIndex:
             lo, hi = self.span(window[len(window) - 4 * (length + 1) :], match.lo, match.hi)
             if lo < hi:
                 return Match(lo, hi, length + 1)
-        return self.longest(window, min(length, max_length))
+            return self.longest(window, length)
+        # At the cap the match slides: its first token drops off when the last max_length tokens
+        # occur (one search in their first token's bucket), as they do along a copied passage.
+        pattern = window[len(window) - 4 * max_length :]
+        lo, hi = self.span(pattern, *self._bucket(pattern[:4]))
+        if lo < hi:
+            return Match(lo, hi, max_length)
+        return self.longest(window, max_length - 1)
 
     def most_frequent(self, match: Match, max_occurrences: int = MAX_OCCURRENCES) -> tuple[int, float]:
         """(the most frequent continuation of a match, the smallest id on a tie; its share),
