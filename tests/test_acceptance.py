@@ -99,6 +99,7 @@ def test_rejection_verdict_accepts_with_the_closed_form_probability(use_draft_pr
     assert stats.binomtest(accepted, trials, expected).pvalue > 1e-3
 
 
+@pytest.mark.slow
 def test_rejection_verdict_emits_the_target_distribution():
     """Chi-square on the emitted token of a one-token draft against p itself."""
     target = processed(11, SamplingConfig(temperature=1.0, top_k=6))

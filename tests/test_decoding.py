@@ -130,6 +130,7 @@ def test_rollback_beyond_the_cache_is_refused(verifier):
         lm.rollback(4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drafter_name", ["none", "prompt-lookup", "model"])
 def test_sampled_output_follows_the_exact_distribution(verifier, draft_model, drafter_name):
     drafter = drafters(verifier, draft_model)[drafter_name]

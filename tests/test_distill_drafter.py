@@ -109,6 +109,7 @@ def test_greedy_output_is_identical_with_a_reduced_vocabulary(verifier, reduced_
     assert accepted > 0  # the drafts were used
 
 
+@pytest.mark.slow
 def test_sampling_with_a_reduced_vocabulary_follows_the_exact_distribution(verifier, reduced_dir):
     drafter = make_drafter(f"distill:{reduced_dir}", verifier)
     kept = reduced_head(drafter.lm.model).kept_ids

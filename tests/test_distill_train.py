@@ -19,6 +19,8 @@ from polyspec.distill.trainer import TrainConfig, Trainer, batch_indices, train
 from polyspec.drafters.distilled import load_drafter, read_meta
 from polyspec.errors import UserError
 
+pytestmark = pytest.mark.slow  # trains drafters
+
 
 def words(seed: int, count: int) -> str:
     return " ".join(f"w{(seed * 7 + j * 11) % VOCAB_WORDS}" for j in range(count))

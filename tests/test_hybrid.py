@@ -114,6 +114,7 @@ NO_PENALTY = SamplingConfig(temperature=1.0, top_k=3, top_p=0.95)
     ("drafter_name", "sampling", "prompt_tokens", "trials"),
     [("model", SAMPLING, 12, 300), ("prompt-lookup", NO_PENALTY, 4, 250)],
 )
+@pytest.mark.slow
 def test_sampled_output_follows_the_exact_distribution(
     verifier, draft_model, drafter_name, sampling, prompt_tokens, trials
 ):

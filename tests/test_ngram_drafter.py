@@ -143,6 +143,7 @@ def test_sampled_drafts_are_proper_distributions(verifier, models, spec):
             assert row[token] > 0
 
 
+@pytest.mark.slow
 def test_sampled_tokens_follow_the_draft_rows(verifier, models):
     """Draws over many seeds match the row the drafter reports (chi-square)."""
     drafter = make_drafter("ngram:" + str(models[2]), verifier)
@@ -160,6 +161,7 @@ def test_sampled_tokens_follow_the_draft_rows(verifier, models):
     assert stats.chisquare(observed, expected / expected.sum() * observed.sum()).pvalue > 1e-3
 
 
+@pytest.mark.slow
 def test_sampled_output_is_exact_with_the_ngram_drafter(verifier, models):
     check_sampling_is_exact(verifier, make_drafter("ngram:" + str(models[3]) + "+context", verifier), trials=500)
 
