@@ -257,6 +257,9 @@ def curve_plot(curves: list[dict], path: Path) -> None:
     for i, curve in enumerate(curves):
         ax.plot(curve["widths"], [1000 * s for s in curve["seconds"]], marker="o", label=f"curve {i + 1}")
     ax.set_xscale("log", base=2)
+    widths = sorted({w for curve in curves for w in curve["widths"]})
+    ax.set_xticks(widths, [str(w) for w in widths])
+    ax.minorticks_off()
     ax.set_xlabel("verify width (tokens fed in one forward)")
     ax.set_ylabel("ms per forward")
     ax.set_title("verifier forward time by width (adaptive drafting's cost curve)", fontsize=9)
