@@ -1,8 +1,9 @@
 """Stateful families beyond Qwen3.5's hybrid: Mamba (selective state space), LFM2 (short
-convolutions), a Qwen3.5 whose layers are all linear attention (no attention layer at all) and
-Bamba (Mamba-2 layers with attention). Greedy decoding with drafts is token-identical to
-transformers' `generate`, and every rollback leaves the cache as if only the kept tokens had been
-fed. Tiny random models from the architectures' own config classes (tiny_models.py)."""
+convolutions), a Qwen3.5 whose layers are all linear attention (no attention layer at all), Bamba
+(Mamba-2 layers with attention) and RecurrentGemma (recurrence and convolution states kept on its
+modules, not in a cache). Greedy decoding with drafts is token-identical to transformers'
+`generate`, and every rollback leaves the cache as if only the kept tokens had been fed. Tiny
+random models from the architectures' own config classes (tiny_models.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ FAMILIES = [
     ("lfm2", None, "refeed"),
     ("qwen3_5_text", ALL_LINEAR, "states"),
     ("bamba", None, "refeed"),
+    ("recurrent_gemma", None, "refeed"),  # states kept on its modules, fed a token at a time
 ]
 IDS = [f"{model_type}{'-all-linear' if overrides else ''}" for model_type, overrides, _ in FAMILIES]
 
@@ -72,7 +74,8 @@ def test_greedy_identity_with_transformers(family):
 
 def test_rollback_is_exact(family):
     """After rollbacks into a verify call, into single-token forwards and to the start of a
-    forward, the next logits equal those of the kept tokens fed without any rollback."""
+    forward, the next logits equal those of the kept tokens fed without any rollback (by another
+    CachedLM of the same model, whose forwards come in between)."""
     verifier, _, _ = family
     model = verifier.model
     rng = random.Random(0)
@@ -88,7 +91,6 @@ def test_rollback_is_exact(family):
         kept = prompt + keep
         lm.rollback(kept)
         assert lm.length == kept
-        after = lm.forward(tokens[kept : kept + 2])
         fresh.reset()  # the same chunks, each cut at `kept`: the same rounding as an exact rollback
         start = 0
         for width in [prompt, *widths]:
@@ -96,6 +98,7 @@ def test_rollback_is_exact(family):
                 fresh.forward(tokens[start : min(start + width, kept)])
             start += width
         expected = fresh.forward(tokens[kept : kept + 2])
+        after = lm.forward(tokens[kept : kept + 2])  # after the other one's forwards on the same model
         torch.testing.assert_close(after, expected, atol=1e-5, rtol=1e-5)
 
 

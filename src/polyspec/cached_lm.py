@@ -7,6 +7,12 @@ forward; when only some are kept, `rollback` asks the model's rollback policy
 out. Sliding-window layers (Gemma 3) keep the states they would drop until the next rollback, so
 they too can be cut back once a sequence outgrows the window.
 
+Models that keep states on their own modules rather than in the cache (RecurrentGemma) get their
+states swapped in for each forward, so that each CachedLM of one model has its own. A model whose
+forward of several tokens after its prompt computes something other than single-token decoding
+(RecurrentGemma, ProphetNet, DeepSeek sparse attention's top-k indexer) is fed a token at a time
+after its prompt (`ModelCall.stepwise` says why): exact, but a verify call costs a forward per token.
+
 Token trees: `forward(tokens, parents=...)` feeds a tree of candidate tokens in one forward, each
 node attending to the whole cached prefix and its own ancestors only, at position cached length +
 depth; `keep(indices)` then keeps one root-to-leaf path, gathering its cache entries into place.
@@ -15,6 +21,7 @@ Trees need a cache that cropping and gathering cut back exactly (attention layer
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
@@ -42,6 +49,14 @@ CACHE_ARGUMENTS = ("past_key_values", "cache_params", "state")
 TREE_ATTENTION = frozenset({"eager", "sdpa"})
 # Fields of a layer that holds both attention KV and a recurrent state which belong to the KV part.
 _ATTENTION_FIELDS = frozenset({"keys", "values", "cumulative_length", "is_initialized"})
+
+
+@dataclass
+class _Output:
+    """The rows of a forward fed a token at a time, and the cache after the last one."""
+
+    logits: torch.Tensor
+    cache: Any = None
 
 
 def _clone(value: Any) -> Any:
@@ -105,6 +120,42 @@ def _tracked_cache_class() -> type:
     return TrackedCache
 
 
+def _module_states(model: torch.nn.Module) -> tuple[tuple[str, str], ...]:
+    """Attributes named like states (`*_state`, `*_states`) that modules hold as plain tensors
+    (or None before the first forward): not parameters, buffers or submodules."""
+    found = []
+    for name, module in model.named_modules():
+        for attribute, value in vars(module).items():
+            if attribute.startswith("_") or not attribute.endswith(("_state", "_states")):
+                continue
+            if value is None or (isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)):
+                found.append((name, attribute))
+    return tuple(found)
+
+
+# Models whose forward does not take new tokens after cached ones, by class name: why.
+REFUSED = {
+    "CpmAntForCausalLM": "takes the whole sequence in every cached forward and cuts the cached part off itself: "
+    "polyspec feeds only the tokens after the cache",
+}
+# Models whose cached forward takes one token at a time (a prompt aside), by class name.
+ONE_TOKEN_AT_A_TIME = {
+    "ProphetNetForCausalLM": "its cached forward takes one token at a time",
+}
+
+
+def _stepwise_reason(model: torch.nn.Module, module_states) -> str | None:
+    if type(model).__name__ in ONE_TOKEN_AT_A_TIME:
+        return ONE_TOKEN_AT_A_TIME[type(model).__name__]
+    if module_states:
+        return "it keeps states on its modules and takes any forward of several tokens for a prompt"
+    if any(isinstance(getattr(module, "index_topk", None), int) for module in model.modules()):
+        # DeepSeek sparse attention: transformers' indexer picks each query's top-k keys
+        # differently in a forward of several tokens than in single-token decoding
+        return "its sparse-attention indexer picks keys differently for several tokens than for one"
+    return None
+
+
 @dataclass(frozen=True)
 class ModelCall:
     """How one model's forward takes its cache, positions and logit count."""
@@ -114,6 +165,14 @@ class ModelCall:
     logits_to_keep: bool
     attention_mask: bool
     default_cache: bool  # the model works with transformers' dynamic cache, made here
+    # States the model keeps on its own modules rather than in the cache (RecurrentGemma's
+    # convolution and recurrence): (submodule name, attribute) pairs. Such a model treats every
+    # forward of several tokens as a prompt, so after the first one it is fed a token at a time.
+    module_states: tuple[tuple[str, str], ...] = ()
+    # Why a forward of several tokens after the first one is not what single-token decoding computes
+    # (None: it is). Such a model is fed a token at a time after its prompt: exact, but a verify
+    # call then costs as many forwards as it has tokens.
+    stepwise: str | None = None
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> ModelCall:
@@ -121,21 +180,26 @@ class ModelCall:
         config = model.config
         if getattr(config, "is_encoder_decoder", False):
             raise UserError(f"{name} is an encoder-decoder model: polyspec drives decoder-only causal LMs")
+        if name in REFUSED:
+            raise UserError(f"{name} {REFUSED[name]}")
         params = inspect.signature(model.forward).parameters
         cache_name = next((arg for arg in CACHE_ARGUMENTS if arg in params), None)
         if cache_name is None:
             raise UserError(f"{name} takes no cache in its forward: polyspec needs one to decode incrementally")
         supports_default = getattr(model, "_supports_default_dynamic_cache", lambda: True)()
+        module_states = _module_states(model) if getattr(model, "_is_stateful", False) else ()
         return cls(
             cache_name=cache_name,
             positions="position_ids" in params,
             logits_to_keep="logits_to_keep" in params,
             attention_mask="attention_mask" in params,
             default_cache=cache_name != "state" and supports_default,
+            module_states=module_states,
+            stepwise=_stepwise_reason(model, module_states),
         )
 
     def new_cache(self, model: torch.nn.Module):
-        if not self.default_cache:
+        if not self.default_cache and not self.module_states:
             return None
         return _tracked_cache_class()(config=model.config.get_text_config(decoder=True))
 
@@ -154,6 +218,7 @@ class CachedLM:
         self.policy = policy_for(model, rollback) if isinstance(rollback, str) else rollback
         self._auto = rollback == "auto"
         self._cache = None
+        self._module_values: dict[tuple[str, str], Any] = {}
         self._length = 0
         self._fed = False
         self._tree: tuple[int, list[int]] | None = None  # (start, parents) of the last forward, a tree
@@ -168,6 +233,9 @@ class CachedLM:
         return self._cache
 
     def reset(self) -> None:
+        # states held on the model's modules: this object's own values, swapped in for each forward
+        # (another CachedLM of the same model has its own)
+        self._module_values = {key: None for key in self.call.module_states}
         self._cache = self.call.new_cache(self.model)
         self._length = 0
         self._fed = False
@@ -209,9 +277,27 @@ class CachedLM:
             kwargs["logits_to_keep"] = num_logits or 0
         if mask is not None:
             kwargs["attention_mask"] = mask
-        with self.policy.recording(start, tokens, self._snapshot):
-            out = self.model(**kwargs)
-        cache = getattr(out, self.call.cache_name, None)
+        with self.policy.recording(start, tokens, self._snapshot), self._modules_swapped():
+            if self.call.stepwise and start > 0 and len(tokens) > 1 and mask is None:
+                rows = []  # one token at a time: the model takes a wider forward for a prompt
+                for offset in range(len(tokens)):
+                    if hasattr(kwargs[self.call.cache_name], "known_length"):
+                        kwargs[self.call.cache_name].known_length = start + offset
+                    kwargs["input_ids"] = input_ids[:, offset : offset + 1]
+                    if self.call.positions:
+                        kwargs["position_ids"] = positions[offset : offset + 1].unsqueeze(0)
+                    if self.call.logits_to_keep:
+                        kwargs["logits_to_keep"] = 0
+                    out = self.model(**kwargs)
+                    rows.append(out.logits)
+                    if self.call.cache_name in out and out[self.call.cache_name] is not None:
+                        kwargs[self.call.cache_name] = out[self.call.cache_name]
+                out = _Output(logits=torch.cat(rows, dim=1), cache=getattr(out, self.call.cache_name, None))
+            else:
+                out = self.model(**kwargs)
+        cache = out.cache if isinstance(out, _Output) else getattr(out, self.call.cache_name, None)
+        if cache is None and self.call.module_states and self._cache is not None:
+            cache = self._cache  # the attention layers' cache, updated in place; the rest is on the modules
         if cache is None:
             name = type(self.model).__name__
             raise UserError(f"{name} returned no cache: polyspec needs one to decode incrementally")
@@ -234,6 +320,8 @@ class CachedLM:
         name = type(self.model).__name__
         if not self.policy.supports_trees:
             return f"{name} carries recurrent states: polyspec verifies chains only on it, not token trees"
+        if self.call.stepwise:
+            return f"{name} is fed a token at a time ({self.call.stepwise}): polyspec verifies chains only on it"
         if not (self.call.positions and self.call.attention_mask):
             return f"{name} takes no position ids or attention mask: polyspec cannot feed it token trees"
         implementation = getattr(self.model.config, "_attn_implementation", None) or "eager"
@@ -429,6 +517,22 @@ class CachedLM:
             return "attention"
         return "other"
 
+    @contextlib.contextmanager
+    def _modules_swapped(self):
+        """This object's module-held states in the model's modules for the length of a forward."""
+        if not self.call.module_states:
+            yield
+            return
+        modules = {key: self.model.get_submodule(key[0]) for key in self.call.module_states}
+        for key, value in self._module_values.items():
+            setattr(modules[key], key[1], value)
+        try:
+            yield
+        finally:
+            for key, module in modules.items():
+                self._module_values[key] = getattr(module, key[1])
+                setattr(module, key[1], None)
+
     def _has_states(self) -> bool:
         return self._snapshot() is not None
 
@@ -441,6 +545,9 @@ class CachedLM:
             return None
         if not isinstance(cache, Cache):
             return States(whole=_copy_object(cache))
+        modules: dict[str, dict[str, Any]] = {}
+        for (name, attribute), value in self._module_values.items():
+            modules.setdefault(name, {})[attribute] = _clone(value)
         layers = {}
         for index, layer in enumerate(cache.layers):
             kind = self._kind(layer)
@@ -450,7 +557,7 @@ class CachedLM:
                 layers[index] = {k: _clone(v) for k, v in vars(layer).items()}
         base = {"layers", "layer_class_to_replicate", "offloading", "only_non_sliding", "prefetch_stream"}
         extras = {k: _clone(v) for k, v in vars(cache).items() if k not in base and k != "known_length"}
-        return States(layers=layers, cache=extras) if layers or extras else None
+        return States(layers=layers, cache=extras, modules=modules) if layers or extras or modules else None
 
     def _cut(self, length: int) -> None:
         """Drop the cache's entries past `length` in every layer that cropping cuts back."""
@@ -490,3 +597,6 @@ class CachedLM:
                     setattr(layer, name, _clone(value))
         for name, value in states.cache.items():
             setattr(self._cache, name, _clone(value))
+        for name, fields in states.modules.items():
+            for attribute, value in fields.items():
+                self._module_values[name, attribute] = _clone(value)

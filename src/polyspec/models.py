@@ -143,6 +143,12 @@ def load_model(name: str, dtype: torch.dtype, device: str):
         if mismatch is None:
             raise
         raise UserError(f"the weights in {name!r} do not fit its config.json: {mismatch}") from exc.__cause__
+    head = model.get_output_embeddings()
+    if not isinstance(getattr(head, "weight", None), torch.Tensor):
+        raise UserError(
+            f"{type(model).__name__} has no single output head ({type(head).__name__}): "
+            "polyspec decodes one distribution over one vocabulary per step"
+        )
     return model.to(device).eval()
 
 

@@ -21,12 +21,14 @@ class States:
     """Values to copy back into a cache.
 
     `layers` maps a cache layer's index to its attributes' values (a dict value is merged key by
-    key into the layer's dict); `cache` holds attributes of the cache object itself; `whole`, when
-    set, is a copy of an entire cache object that is not a transformers `Cache`.
+    key into the layer's dict); `cache` holds attributes of the cache object itself; `modules` maps
+    a submodule's name to the states the model keeps on the module itself (RecurrentGemma); `whole`,
+    when set, is a copy of an entire cache object that is not a transformers `Cache`.
     """
 
     layers: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
     cache: Mapping[str, Any] = field(default_factory=dict)
+    modules: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     whole: Any = _NOTHING
 
     @property
