@@ -21,7 +21,7 @@ Also recorded: the rollback policy CachedLM picks, the cost of one rollback agai
 call on the tiny model, and whether the model takes token trees (a tree forward checked against
 chain forwards). Writes JSON and a markdown table.
 
-    flock /tmp/polyspec-bench.lock .venv/bin/python benchmarks/architectures.py \\
+    .venv/bin/python benchmarks/architectures.py \\
         --json docs/results/architectures.json --markdown docs/results/architectures.md
 """
 
@@ -237,7 +237,7 @@ def sweep_one(name: str, model_type: str, overrides: dict | None, tokenizer, wor
             record["rollback"] = {"error": first_line(exc)}
         record["trees"] = tree_check(verifier, tokenizer(PROMPT)["input_ids"])
     record["seconds"] = time.perf_counter() - began
-    return record
+    return json.loads(json.dumps(record).replace(str(workdir), "WORKDIR"))  # no machine paths in the record
 
 
 def markdown(records: list[dict], summary: dict) -> str:

@@ -1,9 +1,11 @@
 """Stateful families beyond Qwen3.5's hybrid: Mamba (selective state space), LFM2 (short
 convolutions), a Qwen3.5 whose layers are all linear attention (no attention layer at all), Bamba
 (Mamba-2 layers with attention) and RecurrentGemma (recurrence and convolution states kept on its
-modules, not in a cache). Greedy decoding with drafts is token-identical to transformers'
-`generate`, and every rollback leaves the cache as if only the kept tokens had been fed. Tiny
-random models from the architectures' own config classes (tiny_models.py)."""
+modules, not in a cache); also DeepSeek V3.2, whose sparse-attention indexer makes a wide forward
+differ from single-token decoding, so that it is verified a token at a time. Greedy decoding with
+drafts is token-identical to transformers' `generate`, and every rollback leaves the cache as if
+only the kept tokens had been fed. Tiny random models from the architectures' own config classes
+(tiny_models.py)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ FAMILIES = [
     ("qwen3_5_text", ALL_LINEAR, "states"),
     ("bamba", None, "refeed"),
     ("recurrent_gemma", None, "refeed"),  # states kept on its modules, fed a token at a time
+    # no recurrent state, but its top-k indexer picks keys differently in wide forwards: fed a token at a time
+    ("deepseek_v32", None, "crop"),
 ]
 IDS = [f"{model_type}{'-all-linear' if overrides else ''}" for model_type, overrides, _ in FAMILIES]
 
