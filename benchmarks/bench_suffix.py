@@ -253,11 +253,12 @@ def main() -> None:
     parser.add_argument("--skip-acceptance", action="store_true")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json-out", type=Path, default=None)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads")
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-suffix-"))
     workdir.mkdir(parents=True, exist_ok=True)
     results: dict = {"load_average": os.getloadavg(), "cpus": os.cpu_count()}
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(args.threads)
 
     if not args.skip_speed:
         from polyspec.specs import load_tokenizer

@@ -109,7 +109,8 @@ def test_distill_command_on_an_explicit_cpu_device(monkeypatch, capsys, verifier
 
     from polyspec.ngram import load
 
-    code, out, err = run_cli(monkeypatch, capsys, *_distill_args(verifier_dir, tmp_path, "--device", "cpu", "--json"))
+    args = _distill_args(verifier_dir, tmp_path, "--device", "cpu", "--threads", "1", "--json")
+    code, out, err = run_cli(monkeypatch, capsys, *args)
     assert code == 0, err
     report = json.loads(out)
     meta = load(tmp_path / "d.ngram").metadata

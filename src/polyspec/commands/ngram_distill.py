@@ -16,7 +16,7 @@ def distill(
     out: Annotated[Path, typer.Option(help="Model file to write; samples are kept beside it (OUT.samples/).")],
     verifier: Annotated[str, typer.Option(help="Verifier that writes the corpus (default: embedded).")] = "",
     order: Annotated[int, typer.Option(help="N-gram order, 1 to 8.")] = 3,
-    tokens: Annotated[int, typer.Option(help="Tokens the verifier samples.")] = 24_000,
+    tokens: Annotated[int, typer.Option(help="Tokens the verifier samples (docs/NGRAM.md: how many pay).")] = 8_000,
     batch: Annotated[int, typer.Option(help="Samples per batch.")] = 10,
     sample_tokens: Annotated[int, typer.Option(help="Tokens per sample.")] = 64,
     prompts: Annotated[Path | None, typer.Option(help="More seed prompts: a text file, one per line.")] = None,
@@ -28,6 +28,7 @@ def distill(
     device: Annotated[
         str, typer.Option(help="Where the verifier samples: cpu | cuda[:N] | auto (counting is on the CPU).")
     ] = "cpu",
+    threads: Annotated[int, typer.Option(help="CPU threads for torch (0: its default, all cores).")] = 0,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
 ) -> None:
@@ -42,6 +43,8 @@ def distill(
     for name, value in checks:
         if value < 1:
             raise UserError(f"{name} must be >= 1, got {value}")
+    if threads < 0:
+        raise UserError(f"threads must be >= 0, got {threads}")
     check_order(order)
     check_output(out)
     device = resolve_device(device)  # before anything is read or loaded
@@ -52,6 +55,10 @@ def distill(
         mixed = [
             doc for path in corpus_files(list(mix)) for docs in read_documents(path, RecordFormat()) for doc in docs
         ]
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
     model = load_model(verifier, dtype=dtype, device=device)
     settings = SelfCorpusSettings(tokens=tokens, batch=batch, sample_tokens=sample_tokens, seed=seed)
     recorded = {"distilled_from": verifier or DEFAULT_VERIFIER, "verifier_fingerprint": _fingerprint(model)}
