@@ -103,7 +103,12 @@ class SuffixDrafter:
         memo = self._best if self.greedy else self._rows
         if key in memo:
             return memo[key]
-        found = self.index.most_frequent(match, self.options.max_occurrences) if self.greedy else None
+        found = None
+        if self.greedy:
+            token, share, moved = self.index.most_frequent_move(match, self.options.max_occurrences)
+            found = token, share
+            if moved is not None and match.length < self.options.max_match:  # what extend would find
+                self._moves[(match.lo, match.length, token)] = moved
         if found is None or found[0] >= self.usable_vocab:  # sampling, or a token the verifier cannot emit
             ids, counts = self.index.continuations(match, self.options.max_occurrences)
             keep = ids < self.usable_vocab

@@ -141,25 +141,41 @@ class SuffixIndex:
 
     def most_frequent(self, match: Match, max_occurrences: int = MAX_OCCURRENCES) -> tuple[int, float]:
         """(the most frequent continuation of a match, the smallest id on a tie; its share),
-        counted as `continuations` counts. Continuations are sorted, so one that begins and ends
-        the match's span is the only one, and short spans are counted without numpy."""
+        counted as `continuations` counts."""
+        return self.most_frequent_move(match, max_occurrences)[:2]
+
+    def most_frequent_move(
+        self, match: Match, max_occurrences: int = MAX_OCCURRENCES
+    ) -> tuple[int, float, Match | None]:
+        """`most_frequent`, and the match extended by that token where counting found it on the
+        way (else None; then `extend` finds it). Continuations are sorted, so one that begins and
+        ends the match's span is the only one, and short spans are counted without numpy; either
+        way the token's run of ranks is known, and the extended match is that run less the
+        occurrences a separator follows (they sort last)."""
         lo, hi, length = match
         first = self.token_after(lo, length)
         if first == self.token_after(hi - 1, length):
-            return first, 1.0
+            return first, 1.0, self._run_match(lo, hi, length + 1)
         if hi - lo <= min(_SHORT_SPAN, max_occurrences):
-            best, best_count, token, count = first, 0, first, 0
+            best, best_count, best_end, token, count = first, 0, lo, first, 0
             for rank in range(lo, hi):
                 following = self.token_after(rank, length)
                 if following != token:
                     token, count = following, 0
                 count += 1
                 if count > best_count:
-                    best, best_count = token, count
-            return best, best_count / (hi - lo)
+                    best, best_count, best_end = token, count, rank + 1
+            return best, best_count / (hi - lo), self._run_match(best_end - best_count, best_end, length + 1)
         ids, counts = self.continuations(match, max_occurrences)
         best = int(np.argmax(counts))
-        return int(ids[best]), float(counts[best] / counts.sum())
+        return int(ids[best]), float(counts[best] / counts.sum()), None
+
+    def _run_match(self, lo: int, hi: int, length: int) -> Match | None:
+        """The match of the ranks [lo, hi), whose suffixes share their first `length` tokens,
+        less those that end there; None when they all do."""
+        while hi > lo and self.token_after(hi - 1, length) == 0xFFFFFFFF:
+            hi -= 1
+        return Match(lo, hi, length) if hi > lo else None
 
     def continuations(self, match: Match, max_occurrences: int = MAX_OCCURRENCES) -> tuple[np.ndarray, np.ndarray]:
         """(token ids ascending, counts) of what follows the match, counted over its
