@@ -35,6 +35,7 @@ import torch
 from polyspec.assets.languages import get_language
 from polyspec.decoding import Decoder
 from polyspec.drafters.ngram import NGramDrafter, NGramOptions
+from polyspec.models import resolve_dtype
 from polyspec.ngram import load
 from polyspec.ngram.train import train
 from polyspec.ngram_distill import SelfCorpusSettings, Shards, generate_corpus
@@ -94,7 +95,8 @@ def main() -> None:
     began = time.perf_counter()
     torch.set_num_threads(args.threads)
     verifier = load_model(args.verifier, dtype=args.dtype)
-    sampler = verifier if args.sample_dtype == args.dtype else load_model(args.verifier, dtype=args.sample_dtype)
+    same = resolve_dtype(args.sample_dtype, "cpu") == resolve_dtype(args.dtype, "cpu")
+    sampler = verifier if same else load_model(args.verifier, dtype=args.sample_dtype)
     decoder = Decoder(verifier)
     args.out.mkdir(parents=True, exist_ok=True)
     report = {
