@@ -154,6 +154,16 @@ class SuffixDrafter:
         match, window = self._match, self._window
         rows = None if self.greedy else np.zeros((k, self.vocab_size), dtype=np.float32)
         tokens: list[int] = []
+        if rows is None and self.cache is None:  # greedy from the corpus alone: the loop inlined
+            usable, prediction, move = self.usable_vocab, self._prediction, self._move
+            for i in range(k):
+                found = prediction(match)
+                if found is None or found[0] >= usable:
+                    break
+                tokens.append(found[0])
+                if i + 1 < k:  # the match after the last token waits until it is accepted
+                    match, window = move(match, window, found[0])
+            return Draft(tokens=tokens) if tokens else EMPTY_DRAFT
         for i in range(k):
             choice = self._choose(match, live)
             if choice is None:
@@ -162,6 +172,8 @@ class SuffixDrafter:
             if token >= self.usable_vocab:
                 break
             tokens.append(token)
+            if i + 1 == k:
+                break
             match, window = self._move(match, window, token)
             if self.cache is not None:
                 live.append(token)
