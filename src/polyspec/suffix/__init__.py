@@ -1,5 +1,5 @@
 """A suffix-array index over a corpus in a verifier's tokens, and the drafter that drafts from
-its longest matches (docs/SUFFIX.md).
+its longest matches (docs/NGRAM.md, "The suffix index").
 
 Modules, in the order data flows through them:
   array.py    the suffix array of a token text with document separators (vectorised numpy)
@@ -8,5 +8,4 @@ Modules, in the order data flows through them:
   index.py    longest-match queries and the continuations of a match
   drafter.py  SuffixDrafter: greedy and sampled drafts from the matches
   spec.py     `suffix:PATH[+context]` -> a drafter for a verifier
-  cli.py      `polyspec suffix build | stats`
 """
