@@ -43,8 +43,10 @@ STATEFUL = {
     "rwkv": "RWKV recurrence",
     "xlstm": "mLSTM recurrence",
     "deepseek_v4": "compressed attention with recurrent compressor state",
-    "qwen4_exp": "compressed attention",
-    "qwen4_exp_text": "compressed attention",
+    "qwen4_exp": "gated delta-net + indexed attention",
+    "qwen4_exp_text": "gated delta-net + indexed attention",
+    "inkling_text": "recurrent state + attention",
+    "inkling2_text": "recurrent state + attention",
     "zaya": "compressed convolutional attention",
 }
 POLICY = {
@@ -212,6 +214,9 @@ def render(data: dict) -> str:
         "- Where `AutoTokenizer` reloads the saved tokenizer as a class of the model's family (Qwen2, Qwen3.5",
         "  MoE) the prompt ids differ from the word-level ones; the comparison uses the ids the command line",
         "  saw.",
+        "- Trees: a tree forward of the RoBERTa-style decoders (CamemBERT, Data2Vec-text, RoBERTa, XLM-R,",
+        "  X-MOD) gave node 0 other logits than its chain; `CachedLM.tree_support` now refuses them trees",
+        "  (their entries come from a rerun of those seven after that change; chains were identical).",
         "- Per-position states exist only for gated delta-net layers; the other families re-feed. Keeping",
         "  per-position states for Mamba-style scans (as vLLM does in fused kernels) is the next step.",
         "",

@@ -138,6 +138,11 @@ REFUSED = {
     "CpmAntForCausalLM": "takes the whole sequence in every cached forward and cuts the cached part off itself: "
     "polyspec feeds only the tokens after the cache",
 }
+# RoBERTa-style decoders: a tree forward does not give each node its chain's logits (the sweep
+# of benchmarks/architectures.py checks every architecture).
+NO_TREES = frozenset(
+    {"camembert", "data2vec-text", "roberta", "roberta-prelayernorm", "xlm-roberta", "xlm-roberta-xl", "xmod"}
+)
 # Models whose cached forward takes one token at a time (a prompt aside), by class name.
 ONE_TOKEN_AT_A_TIME = {
     "ProphetNetForCausalLM": "its cached forward takes one token at a time",
@@ -322,6 +327,8 @@ class CachedLM:
             return f"{name} carries recurrent states: polyspec verifies chains only on it, not token trees"
         if self.call.stepwise:
             return f"{name} is fed a token at a time ({self.call.stepwise}): polyspec verifies chains only on it"
+        if getattr(self.model.config, "model_type", None) in NO_TREES:
+            return f"{name} does not give tree nodes their own chain's logits: polyspec verifies chains only on it"
         if not (self.call.positions and self.call.attention_mask):
             return f"{name} takes no position ids or attention mask: polyspec cannot feed it token trees"
         implementation = getattr(self.model.config, "_attn_implementation", None) or "eager"
