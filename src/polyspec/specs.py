@@ -11,7 +11,9 @@ This is the only place that parses a drafter spec or knows the embedded assets' 
   distill:PATH                       a drafter cut from the verifier by `polyspec distill init`
   suffix:PATH[+context]              a suffix index from `polyspec suffix build` (longest match)
   adaptive[:SPEC;SPEC...]            routes among the listed drafters (default: prompt-lookup),
-                                     sizing each draft by expected tokens per second
+                                     sizing each draft by expected tokens per second; when the
+                                     engine verifies token trees (--tree N) it merges their trees
+                                     and prunes them to the best width, up to N nodes
 """
 
 from __future__ import annotations
