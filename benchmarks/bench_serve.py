@@ -1,7 +1,7 @@
 """Serving overhead: streamed tokens/s through the HTTP server against Engine.generate, and time
 to first token against one prefill plus one decoding step, on the same prompts, interleaved.
 
-    flock /tmp/polyspec-bench.lock .venv/bin/python benchmarks/bench_serve.py --out runs/serve.json
+    .venv/bin/python benchmarks/bench_serve.py --out runs/serve.json
 
 For each prompt and repeat, in one process: (1) the Decoder's prefill plus its first step, timed
 directly; (2) Engine.generate; (3) the same request streamed through the server (uvicorn on a

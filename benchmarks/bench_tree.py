@@ -26,8 +26,8 @@ the same depth); the router is the benchmark's `adaptive`: n-gram, n-gram + cont
 lookup, the n-gram models trained from the language's corpus split, the width-cost curve measured in
 this run. Modes take turns per prompt, with the same seeds.
 
-    flock /tmp/polyspec-bench.lock .venv/bin/python benchmarks/bench_tree.py --out tree.json
-    flock /tmp/polyspec-bench.lock .venv/bin/python benchmarks/bench_tree.py --decode --out adaptive.json
+    .venv/bin/python benchmarks/bench_tree.py --out tree.json
+    .venv/bin/python benchmarks/bench_tree.py --decode --out adaptive.json
 """
 
 from __future__ import annotations
