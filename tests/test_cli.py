@@ -59,6 +59,8 @@ def bad_inputs(verifier_dir, other_vocab_dir, tmp_path):
         "no prompt": [*v],
         "bad dtype": [*v, "--dtype", "float8", "--prompt", "w1"],
         "hub unreachable": ["--verifier", "no-such-org/no-such-model", "--prompt", "w1"],
+        "unknown option": [*v, "--bogus", "--prompt", "w1"],
+        "not a number": [*v, "--gamma", "three", "--prompt", "w1"],
     }
 
 
@@ -67,7 +69,7 @@ def bad_inputs(verifier_dir, other_vocab_dir, tmp_path):
     [
         "missing model", "unloadable model", "other vocabulary", "gamma 0", "empty prompt", "beyond context",
         "unknown drafter", "missing prompt file", "unreadable prompt file", "no prompt", "bad dtype",
-        "hub unreachable",
+        "hub unreachable", "unknown option", "not a number",
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, verifier_dir, other_vocab_dir, tmp_path, case):

@@ -147,10 +147,14 @@ def main() -> None:
         sys.exit(130)
     except typer.Abort:
         sys.exit(130)
-    except Exception as exc:  # click usage errors arrive here with standalone_mode=False
-        import click
+    except Exception as exc:
+        # Usage errors arrive here with standalone_mode=False, as click's exceptions or as those of
+        # the copy of click that typer vendors: both format their own message.
+        if not callable(getattr(exc, "format_message", None)):
+            raise
+        print(f"polyspec: error: {exc.format_message()}", file=sys.stderr)
+        sys.exit(getattr(exc, "exit_code", 2))
 
-        if isinstance(exc, click.exceptions.ClickException):
-            print(f"polyspec: error: {exc.format_message()}", file=sys.stderr)
-            sys.exit(exc.exit_code)
-        raise
+
+if __name__ == "__main__":  # python -m polyspec.cli
+    main()
