@@ -116,7 +116,8 @@ class OracleDrafter:
 def test_a_drafter_that_is_always_right_drafts_long(verifier):
     prompt = [2, 9, 13, 5]
     oracle = OracleDrafter(prompt, hf_greedy(verifier.model, prompt, 80))
-    adaptive = AdaptiveDrafter({"oracle": oracle, "random": RandomDrafter()}, FLAT_COSTS)
+    # The curve alone prices a step: observed step times on a shared machine would decide otherwise.
+    adaptive = AdaptiveDrafter({"oracle": oracle, "random": RandomDrafter()}, FLAT_COSTS, observe_costs=False)
     result = Decoder(verifier).generate(prompt, adaptive, gamma=8, max_new_tokens=80)
     assert result.stats.tokens_per_call > 4
     assert adaptive.route["oracle"] > 5 * adaptive.route["random"]
@@ -137,7 +138,9 @@ def test_sampled_output_follows_the_exact_distribution(verifier, draft_dir):
 
     draft = LoadedModel.load(str(draft_dir), dtype="float32")
     adaptive = AdaptiveDrafter(
-        {"lookup": PromptLookupDrafter(), "model": ModelDrafter(draft, verifier.vocab_size)}, FLAT_COSTS
+        {"lookup": PromptLookupDrafter(), "model": ModelDrafter(draft, verifier.vocab_size)},
+        FLAT_COSTS,
+        observe_costs=False,  # drafts must be sent whatever the step times of a busy machine
     )
     check_sampling_is_exact(verifier, adaptive, trials=800)
 
@@ -295,7 +298,7 @@ def test_a_tree_drafter_that_never_pays_ends_in_plain_decoding(verifier):
 def test_a_chain_drafter_that_is_always_right_drafts_long_in_tree_mode(verifier):
     prompt = [2, 9, 13, 5]
     oracle = OracleDrafter(prompt, hf_greedy(verifier.model, prompt, 80))
-    adaptive = AdaptiveDrafter({"oracle": oracle, "junk": JunkTrees()}, FLAT_COSTS)
+    adaptive = AdaptiveDrafter({"oracle": oracle, "junk": JunkTrees()}, FLAT_COSTS, observe_costs=False)
     result = Decoder(verifier).generate(prompt, adaptive, gamma=8, tree=16, max_new_tokens=80)
     assert result.token_ids == hf_greedy(verifier.model, prompt, 80)
     assert result.stats.tokens_per_call > 4
