@@ -14,10 +14,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fixtures import SAMPLING, check_sampling_is_exact, hf_greedy, random_prompts, run_cli, save, tiny_gemma, tiny_llama
+from fixtures import (
+    SAMPLING,
+    check_sampling_is_exact,
+    chi_square_pvalue,
+    hf_greedy,
+    random_prompts,
+    run_cli,
+    save,
+    tiny_gemma,
+    tiny_llama,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy import stats
 
 from polyspec.acceptance import greedy_tree_verdict, node_outcomes, tree_rejection_verdict
 from polyspec.decoding import Decoder
@@ -347,22 +356,6 @@ def sampled_sequences(make_tree, target: Rows, length: int, trials: int, seed: i
     return samples
 
 
-def chi_square(samples: list[tuple[int, ...]], joint: dict) -> float:
-    outcomes = sorted(joint)
-    counts = dict.fromkeys(outcomes, 0)
-    for sample in samples:
-        assert sample in counts, f"sampled {sample}, which has probability 0"
-        counts[sample] += 1
-    observed = np.array([counts[o] for o in outcomes], dtype=float)
-    expected = np.array([joint[o] for o in outcomes]) * len(samples)
-    expected *= len(samples) / expected.sum()
-    rare = expected < 5
-    if rare.any():
-        observed = np.append(observed[~rare], observed[rare].sum())
-        expected = np.append(expected[~rare], expected[rare].sum())
-    return stats.chisquare(observed, expected).pvalue
-
-
 @pytest.mark.slow
 def test_sampled_point_mass_tree_verdicts_follow_the_target():
     config = SamplingConfig(temperature=1.0, top_k=5, repetition_penalty=1.5, penalty_window=3)
@@ -374,7 +367,7 @@ def test_sampled_point_mass_tree_verdicts_follow_the_target():
     samples = sampled_sequences(lambda g: tree, target, 3, 5000, seed=0)
     taken = sum(s[0] in first[:3] for s in samples)
     assert taken > 2500  # the branches were really used
-    assert chi_square(samples, plain_joint(target, 3)) > 1e-3
+    assert chi_square_pvalue(samples, plain_joint(target, 3)) > 1e-3
 
 
 @pytest.mark.slow
@@ -383,7 +376,7 @@ def test_sampled_stochastic_tree_verdicts_follow_the_target():
     draft = Rows(29, SamplingConfig(temperature=1.0, top_k=4))
     shape = {(): 2, (0,): 2, (1,): 1}
     samples = sampled_sequences(lambda g: draw_stochastic_tree(shape, draft, g), target, 3, 5000, seed=1)
-    assert chi_square(samples, plain_joint(target, 3)) > 1e-3
+    assert chi_square_pvalue(samples, plain_joint(target, 3)) > 1e-3
 
 
 # The engine: trees through the decoder and the command line.
