@@ -197,7 +197,8 @@ def _number(text: str, name: str, kind):
 
 def verify_costs(verifier: LoadedModel):
     """The verifier's forward time by width on this device: measured once, then read from
-    $POLYSPEC_HOME/verify-costs/ (keyed by model config, dtype, device and thread count)."""
+    $POLYSPEC_HOME/verify-costs/ (keyed by model config, dtype, device and thread count). A curve
+    measured while the machine was busy serves this process only: the next one measures again."""
     import hashlib
     import json
 
@@ -208,9 +209,12 @@ def verify_costs(verifier: LoadedModel):
     try:
         from polyspec.assets.store import home
     except ImportError:
-        return measure_verify_costs(verifier.model)
+        return measure_verify_costs(verifier.model)[0]
     config = verifier.model.config.to_json_string(use_diff=False)
-    key = f"{config}|{verifier.dtype_name}|{verifier.device}|{torch.get_num_threads()}|{torch.__version__}"
+    from polyspec.narrow_linear import layout
+
+    threads, version = torch.get_num_threads(), torch.__version__
+    key = f"{config}|{verifier.dtype_name}|{verifier.device}|{threads}|{version}|{layout(verifier.model)}"
     path = home() / "verify-costs" / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
     try:
         return VerifyCosts.from_dict(json.loads(path.read_text()))
@@ -218,6 +222,7 @@ def verify_costs(verifier: LoadedModel):
         pass
     from polyspec.files import write_atomic
 
-    costs = measure_verify_costs(verifier.model)
-    write_atomic(path, json.dumps({"model": verifier.name, **costs.to_dict()}) + "\n")
+    costs, steady = measure_verify_costs(verifier.model)
+    if steady:
+        write_atomic(path, json.dumps({"model": verifier.name, **costs.to_dict()}) + "\n")
     return costs
