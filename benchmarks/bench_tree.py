@@ -250,7 +250,7 @@ def decode_comparison(loaded, languages: list[str], stories: int, new_tokens: in
     from polyspec.tasks import build_prompts
 
     decoder = Decoder(loaded)
-    costs = measure_verify_costs(loaded.model)  # in this run, not the cached curve: the same load as the runs
+    costs, _ = measure_verify_costs(loaded.model)  # in this run, not the cached curve: the same load as the runs
     result: dict = {"verify_costs": costs.to_dict(), "languages": {}}
     for code in languages:
         language = get_language(code)

@@ -216,7 +216,6 @@ class BenchRunner:
         self.load = load or (lambda name: load_model(name, dtype=verifier.dtype_name, device=str(verifier.device)))
         self._drafters: dict[tuple[str, str], object] = {}
         self._sources: dict[tuple[str, str], dict | None] = {}
-        self._part_specs: dict[str, list[str]] = {}
         self.meta = {
             "version": __version__,
             "commit": git_commit(),
@@ -233,27 +232,6 @@ class BenchRunner:
             return self.distilled.path(language, self.config.ngram_order)
         order, _ = NGRAM_DRAFTERS[name]
         return self.ngrams.path(language, order or self.config.ngram_order)
-
-    def adaptive_spec(self, language) -> str:
-        """`adaptive:SPEC;SPEC;...` over the language's bench drafters `ADAPTIVE_PARTS`."""
-        return "adaptive:" + ";".join(self.adaptive_part_specs(language))
-
-    def adaptive_part_specs(self, language) -> list[str]:
-        if language.code not in self._part_specs:
-            self._part_specs[language.code] = self._adaptive_part_specs(language)
-        return self._part_specs[language.code]
-
-    def _adaptive_part_specs(self, language) -> list[str]:
-        parts = []
-        for part in ADAPTIVE_PARTS:
-            if part == "prompt-lookup":
-                parts.append("prompt-lookup")
-                continue
-            path = str(self.ngram_path(part, language))
-            if any(ch in path for ch in ";?"):
-                raise UserError(f"n-gram cache path {path!r} holds ';' or '?': set POLYSPEC_HOME to a plainer path")
-            parts.append(f"ngram:{path}" + ("+context" if NGRAM_DRAFTERS[part][1].use_context else ""))
-        return parts
 
     def build_drafter(self, name: str, language):
         """One of the benchmark's drafters for `language`, or the user's drafter spec."""
@@ -274,8 +252,12 @@ class BenchRunner:
             from polyspec.drafters.prompt_lookup import PromptLookupDrafter
 
             return PromptLookupDrafter()
-        if name == "adaptive":  # the router of specs.make_drafter, over this language's drafters
-            return make_drafter(self.adaptive_spec(language), verifier)
+        if name == "adaptive":  # the router over this language's own drafters
+            from polyspec.drafters.adaptive import AdaptiveDrafter
+            from polyspec.specs import verify_costs
+
+            parts = {part: self.build_drafter(part, language) for part in ADAPTIVE_PARTS}
+            return AdaptiveDrafter(parts, verify_costs(verifier))
         if name in BENCH_NAMES:  # drafters cut from the verifier, one per language
             from polyspec.distill.store import bench_drafter_dir
             from polyspec.drafters.distilled import load_distilled
@@ -328,15 +310,6 @@ class BenchRunner:
             return path_source(parse_ngram(parsed.argument)[0])
         path = parsed.argument.removesuffix("+context") if parsed.kind == "suffix" else parsed.argument
         return path_source(model_path(path))
-
-    def part_label(self, name: str, language, part: str) -> str:
-        """The name of a part of an adaptive drafter in its route ('plain': no draft sent)."""
-        if not part:
-            return "plain"
-        if name == "adaptive":  # a tree's nodes may come from several parts: "A | B"
-            labels = dict(zip(self.adaptive_part_specs(language), ADAPTIVE_PARTS, strict=True))
-            return " | ".join(labels.get(piece, piece) for piece in part.split(" | "))
-        return part
 
     def tree_budget(self, name: str, drafter, gamma: int) -> int:
         """Nodes per verify call: `TREE_BUDGET` for the adaptive drafter where it and the
@@ -455,7 +428,7 @@ class BenchRunner:
                 if name == "adaptive" or name.startswith("adaptive:"):
                     record["verify_costs"] = verify_curve(drafter)
                     route = Counter(getattr(drafter, "route", {})) - routed
-                    record["route"] = {self.part_label(name, language, part): n for part, n in route.items()}
+                    record["route"] = {part or "plain": n for part, n in route.items()}
                 log.append(record)
             advance()
         if ("none", 0) in todo:

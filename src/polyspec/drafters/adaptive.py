@@ -77,31 +77,42 @@ class VerifyCosts:
 
 
 def measure_verify_costs(
-    model: torch.nn.Module, widths: Sequence[int] = (1, 2, 4, 8, 16, 32), context: int = 200, repeats: int = 3
-) -> VerifyCosts:
-    """Median time of a forward of each width after `context` cached tokens (random ids)."""
+    model: torch.nn.Module, widths: Sequence[int] = (1, 2, 4, 8, 16, 32), context: int = 200, repeats: int = 5
+) -> tuple[VerifyCosts, bool]:
+    """Median time of a forward of each width after `context` cached tokens (random ids), and
+    whether the machine was steady while it ran. Widths take turns within each round, so a burst
+    of other work slows them alike; a wider forward never costs less than a narrower one. Steady:
+    every width's middle repeats within a quarter of their median (a curve measured on a busy
+    machine is worth using for this run, not worth keeping)."""
     from polyspec.cached_lm import CachedLM
     from polyspec.models import synchronizer
 
+    widths = sorted(set(widths))
     lm = CachedLM(model)
     sync = synchronizer(lm.device)
     vocab = model.get_output_embeddings().weight.shape[0]
     rng = random.Random(0)
     lm.reset()
     lm.forward([rng.randrange(vocab) for _ in range(context)], num_logits=1)
-    seconds = []
-    for width in widths:
-        times = []
-        for _ in range(repeats + 1):  # the first forward of a width warms up
+    times: dict[int, list[float]] = {width: [] for width in widths}
+    for round_ in range(repeats + 1):  # round 0 warms every width up
+        for width in widths:
             tokens = [rng.randrange(vocab) for _ in range(width)]
             sync()
             began = time.perf_counter()
             lm.forward(tokens)
             sync()
-            times.append(time.perf_counter() - began)
+            if round_:
+                times[width].append(time.perf_counter() - began)
             lm.rollback(context)
-        seconds.append(sorted(times[1:])[len(times[1:]) // 2])
-    return VerifyCosts(tuple(widths), tuple(seconds))
+    seconds, steady = [], True
+    for width in widths:
+        ordered = sorted(times[width])
+        median = ordered[len(ordered) // 2]
+        middle = ordered[len(ordered) // 4 : len(ordered) - len(ordered) // 4] or ordered
+        steady = steady and max(middle) - min(middle) <= 0.25 * median
+        seconds.append(max(median, seconds[-1]) if seconds else median)
+    return VerifyCosts(tuple(widths), tuple(seconds)), steady
 
 
 class DepthAcceptance:
