@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from polyspec.commands import options
 from polyspec.errors import UserError
 from polyspec.specs import DRAFTER_HELP
 
@@ -50,7 +51,7 @@ def generate(
     seed: Annotated[int, typer.Option(help="Random seed for sampling.")] = 0,
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16")] = "auto",
     device: Annotated[str, typer.Option(help="cpu | cuda[:N] | auto")] = "cpu",
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: options.Json = False,
 ) -> None:
     """Generate from a verifier, speculatively with a drafter."""
     from polyspec.decoding import Decoder, check_budget, check_tree

@@ -25,6 +25,17 @@ from pathlib import Path
 _HASHES: dict[tuple[str, int, int], str] = {}
 
 
+def shown(path: Path | str) -> str:
+    """A path as records show it: under the polyspec home as `$POLYSPEC_HOME/...`, so that
+    records from two machines read alike; other paths as given."""
+    from polyspec.assets.store import home
+
+    try:
+        return "$POLYSPEC_HOME/" + Path(path).resolve().relative_to(home().resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def file_sha256(path: Path | str) -> str:
     """SHA-256 of a file's bytes, remembered per path, size and modification time."""
     path = Path(path)
@@ -56,7 +67,10 @@ def trained_on(metadata: dict) -> dict:
                 rest["settings"] = json.loads(settings)
         out["distillation"] = rest
         return out
-    out["corpus"] = rest.pop("corpus", None)
+    corpus = rest.pop("corpus", None)
+    if isinstance(corpus, list):
+        corpus = [{**entry, "file": shown(entry["file"])} if "file" in entry else entry for entry in corpus]
+    out["corpus"] = corpus
     if rest:
         out["details"] = rest  # e.g. language, split, tokenizer, record format
     return out
@@ -66,7 +80,7 @@ def ngram_source(path: Path | str) -> dict:
     from polyspec.ngram.storage import load
 
     stored = load(Path(path))
-    return {"model_file": str(path), "sha256": file_sha256(path), "trained_on": trained_on(stored.metadata)}
+    return {"model_file": shown(path), "sha256": file_sha256(path), "trained_on": trained_on(stored.metadata)}
 
 
 def path_source(path: Path | str) -> dict | None:
@@ -77,7 +91,7 @@ def path_source(path: Path | str) -> dict | None:
         try:
             return ngram_source(path)
         except Exception:  # not an n-gram file: a suffix index or another model file
-            return {"model_file": str(path), "sha256": file_sha256(path), "trained_on": None}
+            return {"model_file": shown(path), "sha256": file_sha256(path), "trained_on": None}
     if path.is_dir():
         weights = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin"))
         if not weights:
@@ -87,7 +101,7 @@ def path_source(path: Path | str) -> dict | None:
             digest.update(f"{weight.name}\0{file_sha256(weight)}\0".encode())
         model_file = weights[0] if len(weights) == 1 else path
         sha = file_sha256(weights[0]) if len(weights) == 1 else digest.hexdigest()
-        return {"model_file": str(model_file), "sha256": sha, "trained_on": None}
+        return {"model_file": shown(model_file), "sha256": sha, "trained_on": None}
     return None
 
 

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from polyspec.commands import options
 from polyspec.errors import UserError
 
 ngram_app = typer.Typer(
@@ -46,34 +47,31 @@ def parse_ids(text: str) -> list[int]:
 
 @ngram_app.command()
 def train(
-    tokenizer: Annotated[str, typer.Option(help="Tokenizer: a tokenizer or model directory, or a hub id.")],
+    tokenizer: options.Tokenizer,
     out: Annotated[Path, typer.Option(help="Model file to write.")],
-    corpus: Annotated[list[Path], typer.Option(help="Corpus files or directories: .txt, .jsonl, .tsv, .gz of these.")],
-    more_corpus: Annotated[
-        list[Path] | None, typer.Argument(help="More corpus paths.", metavar="CORPUS", show_default=False)
-    ] = None,
+    corpus: options.Corpus,
+    more_corpus: options.MoreCorpus = None,
     order: Annotated[int, typer.Option(help="N-gram order, 1 to 8.")] = 2,
     min_count: Annotated[int, typer.Option(help="Drop n-grams (order >= 2) seen fewer times.")] = 1,
-    text_field: Annotated[str, typer.Option(help="JSONL field holding the text.")] = "text",
-    column: Annotated[str, typer.Option(help="TSV column: 0-based number, or a name from the header line.")] = "0",
-    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+    text_field: options.TextField = "text",
+    column: options.Column = "0",
+    progress: options.Progress = True,
+    as_json: options.JsonReport = False,
 ) -> None:
     """Count n-grams of a corpus in a tokenizer's tokens (each line or record is one document)."""
-    from polyspec.ngram.corpus import RecordFormat, corpus_files
     from polyspec.ngram.train import check_order, check_output, train_files
     from polyspec.specs import load_tokenizer
 
     check_order(order)
     check_output(out)
-    files = corpus_files([*corpus, *(more_corpus or [])])
+    files = options.corpus_files(corpus, more_corpus)
     report = train_files(
         load_tokenizer(tokenizer),  # imports torch: only once the arguments are known good
         files,
         order,
         out,
         min_count=min_count,
-        record_format=RecordFormat(text_field=text_field, column=column),
+        record_format=options.record_format(text_field, column),
         show_progress=progress,
         metadata={"tokenizer": tokenizer},
     )
@@ -95,7 +93,7 @@ def top(
     backoff: Annotated[str, typer.Option(help="longest: back off to the longest seen suffix; none: exact only.")] = (
         "longest"
     ),
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: options.Json = False,
 ) -> None:
     """The most probable next tokens after a context."""
     from polyspec.ngram import load
@@ -135,7 +133,7 @@ def stats_dict(stored) -> dict:
 @ngram_app.command()
 def stats(
     model: Annotated[Path, typer.Argument(help="N-gram model file.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: options.Json = False,
 ) -> None:
     """What a model file holds and where its counts come from (the provenance the benchmark
     records as `drafter_source`: the file's SHA-256 and the text it was trained on)."""

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from polyspec.commands import options
 from polyspec.errors import UserError
 
 
@@ -29,8 +30,8 @@ def distill(
         str, typer.Option(help="Where the verifier samples: cpu | cuda[:N] | auto (counting is on the CPU).")
     ] = "cpu",
     threads: Annotated[int, typer.Option(help="CPU threads for torch (0: its default, all cores).")] = 0,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+    progress: options.Progress = True,
+    as_json: options.JsonReport = False,
 ) -> None:
     """Sample a corpus from the verifier in LANGUAGE (resumable) and train an n-gram on it."""
     from polyspec.assets.languages import get_language, with_files

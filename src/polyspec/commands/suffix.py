@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from polyspec.commands import options
+
 suffix_app = typer.Typer(
     name="suffix",
     help="Build and inspect suffix indexes for the longest-match drafter (suffix:PATH).",
@@ -23,30 +25,27 @@ def register(app: typer.Typer) -> None:
 
 @suffix_app.command()
 def build(
-    tokenizer: Annotated[str, typer.Option(help="Tokenizer: a tokenizer or model directory, a hub id, or an asset.")],
+    tokenizer: options.Tokenizer,
     out: Annotated[Path, typer.Option(help="Index file to write.")],
-    corpus: Annotated[list[Path], typer.Option(help="Corpus files or directories: .txt, .jsonl, .tsv, .gz of these.")],
-    more_corpus: Annotated[
-        list[Path] | None, typer.Argument(help="More corpus paths.", metavar="CORPUS", show_default=False)
-    ] = None,
-    text_field: Annotated[str, typer.Option(help="JSONL field holding the text.")] = "text",
-    column: Annotated[str, typer.Option(help="TSV column: 0-based number, or a name from the header line.")] = "0",
-    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+    corpus: options.Corpus,
+    more_corpus: options.MoreCorpus = None,
+    text_field: options.TextField = "text",
+    column: options.Column = "0",
+    progress: options.Progress = True,
+    as_json: options.JsonReport = False,
 ) -> None:
     """Index a corpus in a tokenizer's tokens (each line or record is one document)."""
-    from polyspec.ngram.corpus import RecordFormat, corpus_files
     from polyspec.ngram.train import check_output
     from polyspec.specs import load_tokenizer
     from polyspec.suffix.build import build_files
 
     check_output(out)
-    files = corpus_files([*corpus, *(more_corpus or [])])
+    files = options.corpus_files(corpus, more_corpus)
     report = build_files(
         load_tokenizer(tokenizer),  # imports torch: only once the arguments are known good
         files,
         out,
-        record_format=RecordFormat(text_field=text_field, column=column),
+        record_format=options.record_format(text_field, column),
         show_progress=progress,
         metadata={"tokenizer": tokenizer},
     )
@@ -61,7 +60,7 @@ def build(
 @suffix_app.command()
 def stats(
     index: Annotated[Path, typer.Argument(help="Suffix index file.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: options.Json = False,
 ) -> None:
     """What an index file holds and where its text comes from."""
     from polyspec.suffix.storage import FORMAT_VERSION, load
