@@ -231,6 +231,15 @@ def test_node_acceptance_trusts_the_drafter_until_evidence_says_otherwise():
     assert estimate.rate(1, 0.3) == pytest.approx(0.3) and estimate.rate(2, 0.9) == pytest.approx(0.9)
 
 
+def test_node_acceptance_tells_a_drafters_first_choice_from_its_others():
+    estimate = NodeAcceptance(max_depth=3)
+    for _ in range(300):
+        estimate.update(2, 0.2, True, rank=0)  # first choices at p = 0.2 are always kept
+        estimate.update(2, 0.2, False, rank=1)  # second choices at the same p never
+    assert estimate.rate(2, 0.2, rank=0) > 0.95 and estimate.rate(2, 0.2, rank=1) < 0.05
+    assert estimate.rate(2, 0.2, rank=5) == pytest.approx(0.2)  # later ranks: no evidence yet
+
+
 def test_merged_trees_share_paths_and_siblings_never_sum_past_one():
     a, b = FakeArm("a"), FakeArm("b")
     first = TokenTree(tokens=[5, 6, 7], parents=[-1, 0, -1])  # 5 -> 6, and 7

@@ -22,9 +22,9 @@ than plain decoding by more than the bookkeeping.
 Token trees (`propose_tree`, when the engine verifies trees of up to N nodes): the cheap
 deterministic drafters each propose a tree of N nodes, and their trees are merged into one
 candidate tree (a token two drafters propose after the same path is one node). A node v is
-kept, once its parent was, with chance a(v), estimated per drafter from the depth and the
-drafter's own probability for v (its path score over its parent's), calibrated by how often
-such nodes were kept (`NodeAcceptance`). Point-mass siblings are disjoint events (child i is
+kept, once its parent was, with chance a(v), estimated per drafter from the depth, v's rank
+among its siblings and the drafter's own probability for v (its path score over its parent's),
+calibrated by how often such nodes were kept (`NodeAcceptance`). Point-mass siblings are disjoint events (child i is
 taken with probability p(xi) exactly, `polyspec.acceptance`), so a tree is worth
 E = 1 + sum over nodes of P(v), P(v) the product of a along v's path, and siblings' chances
 together are at most 1. The nodes sorted by P (parents first: P never grows down a path) are
@@ -145,32 +145,37 @@ class DepthAcceptance:
 
 
 class NodeAcceptance:
-    """P(a tree node is kept | its parent was), by depth and by the drafter's own probability
-    for the node, from decaying counts. Before evidence a bucket trusts the drafter: its prior
-    is that probability, worth PRIOR_WEIGHT observations (nodes without one: 1/2)."""
+    """P(a tree node is kept | its parent was), by depth, by the node's rank among its siblings
+    in the drafter's tree (its first choice, second, later: a drafter's first choice can be
+    right far more often than its probability says, as a context match is) and by the drafter's
+    own probability for it, from decaying counts. Before evidence a bucket trusts the drafter:
+    its prior is that probability, worth PRIOR_WEIGHT observations (nodes without one: 1/2)."""
 
     BUCKETS = 8
+    RANKS = 3
     PRIOR_WEIGHT = 2.0
 
     def __init__(self, max_depth: int, decay: float = 0.995) -> None:
         self.decay = decay
-        self.hits = [[0.0] * (self.BUCKETS + 1) for _ in range(max_depth + 1)]
-        self.trials = [[0.0] * (self.BUCKETS + 1) for _ in range(max_depth + 1)]
+        size = (max_depth + 1) * self.RANKS * (self.BUCKETS + 1)
+        self.hits = [0.0] * size
+        self.trials = [0.0] * size
+        self.max_depth = max_depth
 
-    def bucket(self, probability: float | None) -> int:
-        if probability is None:
-            return self.BUCKETS
-        return min(max(int(probability * self.BUCKETS), 0), self.BUCKETS - 1)
+    def _cell(self, depth: int, probability: float | None, rank: int) -> int:
+        depth, rank = min(depth, self.max_depth), min(rank, self.RANKS - 1)
+        b = self.BUCKETS if probability is None else min(max(int(probability * self.BUCKETS), 0), self.BUCKETS - 1)
+        return (depth * self.RANKS + rank) * (self.BUCKETS + 1) + b
 
-    def rate(self, depth: int, probability: float | None) -> float:
-        depth, b = min(depth, len(self.hits) - 1), self.bucket(probability)
+    def rate(self, depth: int, probability: float | None, rank: int = 0) -> float:
+        cell = self._cell(depth, probability, rank)
         prior = 0.5 if probability is None else min(max(probability, 0.0), 1.0)
-        return (self.hits[depth][b] + self.PRIOR_WEIGHT * prior) / (self.trials[depth][b] + self.PRIOR_WEIGHT)
+        return (self.hits[cell] + self.PRIOR_WEIGHT * prior) / (self.trials[cell] + self.PRIOR_WEIGHT)
 
-    def update(self, depth: int, probability: float | None, kept: bool) -> None:
-        depth, b = min(depth, len(self.hits) - 1), self.bucket(probability)
-        self.hits[depth][b] = self.hits[depth][b] * self.decay + kept
-        self.trials[depth][b] = self.trials[depth][b] * self.decay + 1.0
+    def update(self, depth: int, probability: float | None, kept: bool, rank: int = 0) -> None:
+        cell = self._cell(depth, probability, rank)
+        self.hits[cell] = self.hits[cell] * self.decay + kept
+        self.trials[cell] = self.trials[cell] * self.decay + 1.0
 
 
 # A drafter not tried for this many steps gets one short draft: it may pay again by now.
@@ -262,8 +267,8 @@ class _Arm:
             parent = ROOT
             for depth in range(1, len(walk) + 2):
                 kept = walk[depth - 1] if depth <= len(walk) else None
-                for child in tree.children(parent):
-                    self.nodes.update(depth, pending.probabilities[child], child == kept)
+                for rank, child in enumerate(tree.children(parent)):
+                    self.nodes.update(depth, pending.probabilities[child], child == kept, rank)
                 if kept is None:
                     break
                 parent = kept
@@ -326,10 +331,12 @@ def merge(proposals: Sequence[tuple[_Arm, TokenTree, list[float | None]]]) -> Ca
     index: dict[tuple[int, int], int] = {}  # (parent node, token) -> node
     for arm, tree, probabilities in proposals:
         mapped: list[int] = []
+        siblings: Counter[int] = Counter()  # children of each of this tree's nodes so far
         for i, (token, parent) in enumerate(zip(tree.tokens, tree.parents, strict=True)):
             above = ROOT if parent == ROOT else mapped[parent]
             depth = 1 if above == ROOT else depths[above] + 1
-            estimate = arm.nodes.rate(depth, probabilities[i])
+            estimate = arm.nodes.rate(depth, probabilities[i], siblings[parent])
+            siblings[parent] += 1
             node = index.get((above, token))
             if node is None:
                 node = index[(above, token)] = len(tokens)
