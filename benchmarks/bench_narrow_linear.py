@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from polyspec.drafters.adaptive import measure_verify_costs
 from polyspec.files import write_atomic
-from polyspec.narrow_linear import _forward, layout
+from polyspec.narrow_linear import layout, narrow_forward
 from polyspec.specs import load_model
 
 WIDTHS = (1, 2, 4, 8, 16, 32)
@@ -31,7 +31,7 @@ def head_ms(weight: torch.Tensor, rows: int, narrow: bool, repeats: int = 5) -> 
     head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
     head.weight = torch.nn.Parameter(weight, requires_grad=False)
     x = torch.randn(1, rows, weight.shape[1])
-    run = (lambda: _forward(head, x)) if narrow else (lambda: F.linear(x, head.weight))
+    run = (lambda: narrow_forward(head, x)) if narrow else (lambda: F.linear(x, head.weight))
     times = []
     with torch.inference_mode():
         for _ in range(repeats + 1):

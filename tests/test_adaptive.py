@@ -72,7 +72,48 @@ def test_measured_costs_are_sorted_positive_and_never_fall_with_width(verifier):
     costs, steady = measure_verify_costs(verifier.model, widths=(1, 4, 2), context=16, repeats=2)
     assert costs.widths == (1, 2, 4) and costs.seconds[0] > 0
     assert list(costs.seconds) == sorted(costs.seconds)  # a wider forward never reads cheaper
-    assert isinstance(steady, bool)
+
+
+class FakeClock:
+    """perf_counter for measure_verify_costs: each reading advances by the next step, so each
+    timed forward lasts one step."""
+
+    def __init__(self, steps) -> None:
+        self.now, self.steps = 0.0, iter(steps)
+
+    def __call__(self) -> float:
+        self.now += next(self.steps)
+        return self.now
+
+
+@pytest.mark.parametrize("jitter, steady", [(0.0, True), (3.0, False)])
+def test_a_curve_is_steady_only_when_its_rounds_agree(verifier, monkeypatch, jitter, steady):
+    rng = random.Random(0)
+    clock = FakeClock(1.0 + jitter * rng.random() for _ in range(10_000))
+    monkeypatch.setattr("polyspec.drafters.adaptive.time.perf_counter", clock)
+    costs, measured_steady = measure_verify_costs(verifier.model, widths=(1, 2), context=8, repeats=5)
+    assert measured_steady is steady
+    assert jitter or costs.seconds == (1.0, 1.0)
+
+
+def test_only_a_steady_curve_is_kept_for_the_next_run(verifier, monkeypatch, tmp_path):
+    import polyspec.drafters.adaptive as adaptive
+    from polyspec.specs import verify_costs
+
+    monkeypatch.setenv("POLYSPEC_HOME", str(tmp_path))
+    measured = []
+
+    def fake_measure(model, steady):
+        measured.append(steady)
+        return VerifyCosts((1, 2), (1.0, 1.5)), steady
+
+    monkeypatch.setattr(adaptive, "measure_verify_costs", lambda model: fake_measure(model, False))
+    assert verify_costs(verifier).seconds == (1.0, 1.5)
+    assert not list(tmp_path.glob("verify-costs/*.json"))  # a busy machine's curve is not kept
+    monkeypatch.setattr(adaptive, "measure_verify_costs", lambda model: fake_measure(model, True))
+    verify_costs(verifier)
+    assert len(list(tmp_path.glob("verify-costs/*.json"))) == 1
+    assert verify_costs(verifier).seconds == (1.0, 1.5) and measured == [False, True]  # read, not measured
 
 
 @pytest.mark.parametrize("gamma", [2, 6])

@@ -24,7 +24,8 @@ import torch.nn.functional as F
 MAX_ROWS = 64  # measured faster up to here on every projection shape of the model above
 
 
-def _forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+def narrow_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """`nn.Linear.forward` in the narrow layout for 2 to MAX_ROWS rows, torch's kernel otherwise."""
     rows = x.numel() // x.shape[-1] if x.numel() else 0
     if not 2 <= rows <= MAX_ROWS or torch.is_grad_enabled():
         return F.linear(x, self.weight, self.bias)
@@ -34,20 +35,17 @@ def _forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return out.reshape(*x.shape[:-1], self.weight.shape[0])
 
 
-def enabled() -> bool:
-    return os.environ.get("POLYSPEC_NARROW_LINEAR", "1") != "0"
-
-
 def use_narrow_layout(model: torch.nn.Module) -> int:
-    """Switches the plain `nn.Linear` layers of a float32 CPU model to the narrow layout
-    (subclasses, e.g. quantized ones, keep their own); returns how many were switched."""
-    if not enabled():
+    """Switches a model's plain `nn.Linear` layers with float32 weights on the CPU to the narrow
+    layout (other layers, and subclasses such as quantized ones, keep their own); returns how
+    many were switched."""
+    if os.environ.get("POLYSPEC_NARROW_LINEAR", "1") == "0":
         return 0
     switched = 0
     for module in model.modules():
         weight = getattr(module, "weight", None)
         if type(module) is torch.nn.Linear and weight.device.type == "cpu" and weight.dtype == torch.float32:
-            module.forward = types.MethodType(_forward, module)
+            module.forward = types.MethodType(narrow_forward, module)
             switched += 1
     model.narrow_linear_layers = switched
     return switched

@@ -205,14 +205,13 @@ def verify_costs(verifier: LoadedModel):
     import torch
 
     from polyspec.drafters.adaptive import VerifyCosts, measure_verify_costs
+    from polyspec.narrow_linear import layout
 
     try:
         from polyspec.assets.store import home
     except ImportError:
         return measure_verify_costs(verifier.model)[0]
     config = verifier.model.config.to_json_string(use_diff=False)
-    from polyspec.narrow_linear import layout
-
     threads, version = torch.get_num_threads(), torch.__version__
     key = f"{config}|{verifier.dtype_name}|{verifier.device}|{threads}|{version}|{layout(verifier.model)}"
     path = home() / "verify-costs" / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"

@@ -256,6 +256,7 @@ class BenchRunner:
             from polyspec.drafters.adaptive import AdaptiveDrafter
             from polyspec.specs import verify_costs
 
+            # Its own instances: a part keeps per-sequence state apart from the fixed drafter's.
             parts = {part: self.build_drafter(part, language) for part in ADAPTIVE_PARTS}
             return AdaptiveDrafter(parts, verify_costs(verifier))
         if name in BENCH_NAMES:  # drafters cut from the verifier, one per language

@@ -59,6 +59,7 @@ def train(
     as_json: options.JsonReport = False,
 ) -> None:
     """Count n-grams of a corpus in a tokenizer's tokens (each line or record is one document)."""
+    from polyspec.ngram.corpus import RecordFormat
     from polyspec.ngram.train import check_order, check_output, train_files
     from polyspec.specs import load_tokenizer
 
@@ -71,7 +72,7 @@ def train(
         order,
         out,
         min_count=min_count,
-        record_format=options.record_format(text_field, column),
+        record_format=RecordFormat(text_field=text_field, column=column),
         show_progress=progress,
         metadata={"tokenizer": tokenizer},
     )

@@ -24,9 +24,3 @@ def corpus_files(corpus: list[Path], more_corpus: list[Path] | None) -> list[Pat
     from polyspec.ngram.corpus import corpus_files as expand
 
     return expand([*corpus, *(more_corpus or [])])
-
-
-def record_format(text_field: str, column: str):
-    from polyspec.ngram.corpus import RecordFormat
-
-    return RecordFormat(text_field=text_field, column=column)

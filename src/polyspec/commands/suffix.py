@@ -35,6 +35,7 @@ def build(
     as_json: options.JsonReport = False,
 ) -> None:
     """Index a corpus in a tokenizer's tokens (each line or record is one document)."""
+    from polyspec.ngram.corpus import RecordFormat
     from polyspec.ngram.train import check_output
     from polyspec.specs import load_tokenizer
     from polyspec.suffix.build import build_files
@@ -45,7 +46,7 @@ def build(
         load_tokenizer(tokenizer),  # imports torch: only once the arguments are known good
         files,
         out,
-        record_format=options.record_format(text_field, column),
+        record_format=RecordFormat(text_field=text_field, column=column),
         show_progress=progress,
         metadata={"tokenizer": tokenizer},
     )
