@@ -14,7 +14,7 @@ from fixtures import run_cli
 from polyspec.bench.grid import BenchConfig, record_key
 from polyspec.bench.report import write_report
 from polyspec.bench.results import read_records
-from polyspec.bench.runner import TREE_BUDGET, BenchRunner, plan_units, resolve_grid_languages, run_bench
+from polyspec.bench.runner import TREE_BUDGET, TREE_DEPTH, BenchRunner, plan_units, resolve_grid_languages, run_bench
 from polyspec.drafters.adaptive import AdaptiveDrafter
 from polyspec.drafters.base import can_branch
 
@@ -24,7 +24,7 @@ FIELDS = {
     "plain_seconds", "spec_seconds",
 }  # fmt: skip
 NEW_FIELDS = {
-    "tree", "nodes_verified", "nodes_per_call", "accepted_per_call", "drafter_source", "verify_costs", "output_sha256",
+    "tree", "max_depth", "nodes_verified", "nodes_per_call", "accepted_per_call", "drafter_source", "verify_costs", "output_sha256",
 }  # fmt: skip
 
 
@@ -81,7 +81,9 @@ def test_records_have_every_field_and_greedy_runs_are_identical(verifier_dir, la
         if r["drafter"] not in ("none", "hf-prompt-lookup"):
             assert 0 <= r["alpha"] <= 1 and r["f_predicted"] > 0
         # Tree statistics: positions fed per call are the pending token and the draft nodes.
-        assert r["tree"] == (max(TREE_BUDGET, r["gamma"]) if r["drafter"] == "adaptive" and branches else 0)
+        trees = r["drafter"] == "adaptive" and branches
+        assert r["tree"] == (max(TREE_BUDGET, TREE_DEPTH, r["gamma"]) if trees else 0)
+        assert r["max_depth"] == (max(TREE_DEPTH, r["gamma"]) if trees else r["gamma"])
         assert r["nodes_verified"] >= r["verifier_calls"] and r["nodes_per_call"] >= 1
         if r["drafter"] == "none":
             assert r["nodes_per_call"] == 1 and r["accepted_per_call"] == 0
@@ -92,7 +94,8 @@ def test_records_have_every_field_and_greedy_runs_are_identical(verifier_dir, la
     assert any(r["alpha"] for r in records if r["drafter"] == "prompt-lookup")
     curve = next(r["verify_costs"] for r in records if r["drafter"] == "adaptive")
     assert curve["widths"][0] == 1 and len(curve["seconds"]) == len(curve["widths"])
-    routes = {piece for r in records for key in r.get("route", {}) for piece in key.split(" | ")}
+    # A part's own chains, when it branches, are routed as "PART chain".
+    routes = {piece.removesuffix(" chain") for r in records for key in r.get("route", {}) for piece in key.split(" | ")}
     assert routes and routes <= {"plain", "ngram", "ngram+context", "prompt-lookup"}, routes
 
 

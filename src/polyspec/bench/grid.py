@@ -19,7 +19,7 @@ DEFAULT_DRAFTERS = (
     "none", "ngram-bigram", "ngram", "ngram+context", "prompt-lookup", "hf-prompt-lookup", "adaptive",
 )  # fmt: skip
 # What `adaptive` routes among (specs' `adaptive:SPEC;SPEC;...` over this language's drafters);
-# it drafts token trees (runner.TREE_BUDGET nodes) once the router can branch.
+# it drafts token trees (runner.TREE_BUDGET nodes, runner.TREE_DEPTH deep) once the router can branch.
 ADAPTIVE_PARTS = ("ngram", "ngram+context", "prompt-lookup")
 # Opt-in: n-grams distilled from the verifier's own samples cost minutes per language to build
 # (once; cached). `--drafters ...,ngram-distill,ngram-distill+context` or `--preset ngram-distill`.

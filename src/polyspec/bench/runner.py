@@ -47,9 +47,11 @@ DISTILLED_NGRAM_DRAFTERS = {
     "ngram-distill": NGramOptions(),
     "ngram-distill+context": NGramOptions(use_context=True),
 }
-# The tree budget (nodes per verify call) of the adaptive drafter, once it can branch; the
-# other drafters draft the study's chains.
+# The tree budget (nodes per verify call) and depth limit of the adaptive drafter, once it can
+# branch; the other drafters draft the study's chains of gamma tokens. How deep a tree goes is
+# the drafter's own choice each step: a fixed depth of gamma would cap it where chains stop.
 TREE_BUDGET = 16
+TREE_DEPTH = 8
 # Bumped when what the bench writes into its n-gram files changes (a new cache key).
 NGRAM_CACHE_VERSION = "2"
 
@@ -312,12 +314,13 @@ class BenchRunner:
         path = parsed.argument.removesuffix("+context") if parsed.kind == "suffix" else parsed.argument
         return path_source(model_path(path))
 
-    def tree_budget(self, name: str, drafter, gamma: int) -> int:
-        """Nodes per verify call: `TREE_BUDGET` for the adaptive drafter where it and the
-        verifier take trees, else 0 (chains)."""
+    def tree_shape(self, name: str, drafter, gamma: int) -> tuple[int, int]:
+        """(nodes per verify call, depth limit): `TREE_BUDGET` and `TREE_DEPTH` for the adaptive
+        drafter where it and the verifier take trees, else (0, gamma): chains."""
         if name != "adaptive" or drafter is None or not can_branch(drafter) or self.decoder.lm.tree_support():
-            return 0
-        return max(TREE_BUDGET, gamma)
+            return 0, gamma
+        depth = max(TREE_DEPTH, gamma)
+        return max(TREE_BUDGET, depth), depth
 
     def prepare(self, languages) -> None:
         """Build every drafter up front, so a bad spec fails before hours of benchmarking, and
@@ -328,9 +331,8 @@ class BenchRunner:
             for name in self.config.drafters:
                 if name not in ("none", "hf-prompt-lookup"):
                     drafter = self.drafter(name, language)
-                    gamma = max(self.config.gammas)
-                    tree = self.tree_budget(name, drafter, gamma)
-                    self.decoder.generate(warm, drafter, gamma=gamma, max_new_tokens=2, tree=tree)
+                    tree, depth = self.tree_shape(name, drafter, max(self.config.gammas))
+                    self.decoder.generate(warm, drafter, gamma=depth, max_new_tokens=2, tree=tree)
                 self.source(name, language)
 
     # ------------------------------------------------------------ runs
@@ -415,16 +417,16 @@ class BenchRunner:
                 rates = {"alpha": None, "tau": (len(tokens) - 1) / calls, "c": None}  # transformers reports no drafts
                 rates |= {"f_measured": hf_plain[1] / seconds, "f_predicted": None}
                 counts = {"plain_seconds": hf_plain[1], "spec_seconds": seconds, "verifier_calls": calls}
-                counts |= {"tree": 0, "nodes_verified": nodes, "nodes_per_call": nodes / calls}
+                counts |= {"tree": 0, "max_depth": gamma, "nodes_verified": nodes, "nodes_per_call": nodes / calls}
                 counts |= {"accepted_per_call": None, "drafter_source": None, "verify_costs": None}
                 log.append(self.record(base, prompt, prompt_ids, name, gamma, hf_plain[0], tokens, rates, counts))
             else:
                 drafter = self.drafter(name, language)
-                tree = self.tree_budget(name, drafter, gamma)
+                tree, depth = self.tree_shape(name, drafter, gamma)
                 routed = Counter(getattr(drafter, "route", {}))
-                spec = self.generate(prompt_ids, drafter, gamma, unit.mode, unit.seed, tree)
+                spec = self.generate(prompt_ids, drafter, depth, unit.mode, unit.seed, tree)
                 generation_seconds += spec.stats.seconds
-                record = self.decoder_record(base, prompt, prompt_ids, name, gamma, plain, spec, tree)
+                record = self.decoder_record(base, prompt, prompt_ids, name, gamma, plain, spec, tree, depth)
                 record["drafter_source"] = self.source(name, language)
                 if name == "adaptive" or name.startswith("adaptive:"):
                     record["verify_costs"] = verify_curve(drafter)
@@ -452,7 +454,7 @@ class BenchRunner:
         }
 
     def decoder_record(
-        self, base, prompt, prompt_ids, name, gamma, plain: Generation, spec: Generation, tree: int = 0
+        self, base, prompt, prompt_ids, name, gamma, plain: Generation, spec: Generation, tree: int = 0, depth=None
     ) -> dict:
         p, s = plain.stats, spec.stats
         t_step = p.verify_seconds / p.verifier_calls
@@ -476,9 +478,10 @@ class BenchRunner:
             "verify_seconds": s.verify_seconds,
             "plain_verify_seconds": p.verify_seconds,
             "acceptance_by_position": s.acceptance_by_position,
-            # Trees: the budget (0: chains), every position fed to the verifier, and per call
-            # the mean verify width and the draft nodes kept.
+            # Trees: the budget (0: chains) and depth limit, every position fed to the verifier,
+            # and per call the mean verify width and the draft nodes kept.
             "tree": tree,
+            "max_depth": gamma if depth is None else depth,
             "nodes_verified": s.nodes_verified,
             "nodes_per_call": s.nodes_verified / s.verifier_calls,
             "accepted_per_call": s.accepted / s.verifier_calls,

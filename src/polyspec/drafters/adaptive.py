@@ -32,6 +32,8 @@ pruned to the prefix of n nodes that maximises E(n) / verify time(n + 1); n = 0 
 decoding. Drafters too slow to shadow (a draft model) are chosen from evidence, as for chains,
 then their tree joins the merge. A drafter whose trees carry rows while the verifier samples
 drafts a chain by the chain rule above; nothing stochastic is ever pruned by looking at it.
+When the verifier samples, each branching drafter's own chains (drawn from its rows) are one
+more arm, chosen from evidence against the merged tree of point masses.
 """
 
 from __future__ import annotations
@@ -198,12 +200,30 @@ class _Pending:
     probabilities: list[float | None] | None = None
 
 
-class _Arm:
-    """One drafter with what is known of it."""
+class _ChainOf:
+    """A branching drafter's chains, as a drafter that cannot branch: an arm of its own in tree
+    mode when the verifier samples. Its chain is then drawn from rows, and a stochastic draft
+    is kept with chance sum(min(p, q)), which can beat any tree of point masses (whose node x
+    is kept with chance p(x)) when q spreads over many tokens the verifier likes."""
 
-    def __init__(self, name: str, drafter: Drafter, max_depth: int) -> None:
+    def __init__(self, drafter: Drafter) -> None:
+        self.drafter = drafter
+
+    def start(self, prompt_ids, processor, generator) -> None:
+        pass  # the drafter itself is started as its own arm
+
+    def propose(self, context: Sequence[int], k: int) -> Draft:
+        return self.drafter.propose(context, k)
+
+
+class _Arm:
+    """One drafter with what is known of it; `chain_view`: the chains of another arm's
+    drafter (`_ChainOf`)."""
+
+    def __init__(self, name: str, drafter: Drafter, max_depth: int, chain_view: bool = False) -> None:
         self.name = name
         self.drafter = drafter
+        self.chain_view = chain_view
         self.branches = can_branch(drafter)
         self.acceptance = DepthAcceptance(max_depth)  # by depth along its first-choice chain
         self.nodes = NodeAcceptance(max_depth)  # tree nodes, by depth and own probability
@@ -390,6 +410,11 @@ class AdaptiveDrafter:
     ) -> None:
         self.observe_costs = observe_costs  # off: trust the measured curve alone (reproducible choices)
         self.arms = [_Arm(name, drafter, max_depth) for name, drafter in drafters.items()]
+        self.arms += [
+            _Arm(f"{arm.name} chain", _ChainOf(arm.drafter), max_depth, chain_view=True)
+            for arm in list(self.arms)
+            if arm.branches
+        ]
         self.costs = StepCosts(costs)
         self.max_depth = max_depth
         # Proposals by the drafters that made them ("" = plain steps; a merged tree: "a | b").
@@ -445,6 +470,8 @@ class AdaptiveDrafter:
         # A draft must beat plain decoding by a margin: a wider step also costs judging its rows.
         best_rate, best_arm, best_draft, best_n = PLAIN_MARGIN / verify, None, None, 0
         for arm in self.arms:
+            if arm.chain_view:
+                continue  # chain mode: the drafter itself drafts this chain
             draft = None
             if arm.shadowed(verify, self._greedy):
                 draft = arm.timed_propose(context, k)
@@ -502,7 +529,9 @@ class AdaptiveDrafter:
         verify = self.costs(1)
         costs = [self.costs(width) for width in range(1, budget + 2)]  # costs[n]: a tree of n nodes
         proposals: list[tuple[_Arm, TokenTree, list[float | None]]] = []
-        shadows = [arm for arm in self.arms if arm.shadowed_tree(verify, self._greedy)]
+        # Greedy trees hold the chains' tokens already: a second copy would only widen calls.
+        arms = [arm for arm in self.arms if not (arm.chain_view and self._greedy)]
+        shadows = [arm for arm in arms if arm.shadowed_tree(verify, self._greedy)]
         for arm in shadows:
             tree = arm.timed_tree(context, budget, depth)
             if tree.probs is not None and not self._greedy:
@@ -512,7 +541,7 @@ class AdaptiveDrafter:
         candidates = merge(proposals)
         chosen, rate = self._prune(candidates, costs)
         best_rate, best_arm = rate if chosen else 0.0, None
-        for arm in self.arms:
+        for arm in arms:
             if arm in shadows:
                 continue
             estimate = self._evidence_rate(arm, depth, budget, costs)
