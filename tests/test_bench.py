@@ -24,7 +24,8 @@ FIELDS = {
     "plain_seconds", "spec_seconds",
 }  # fmt: skip
 NEW_FIELDS = {
-    "tree", "max_depth", "nodes_verified", "nodes_per_call", "accepted_per_call", "drafter_source", "verify_costs", "output_sha256",
+    "tree", "max_depth", "nodes_verified", "nodes_per_call", "accepted_per_call", "drafter_source", "verify_costs",
+    "output_sha256",
 }  # fmt: skip
 
 
