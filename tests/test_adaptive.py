@@ -4,6 +4,7 @@ when they do; in chains and in token trees."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 from fixtures import check_sampling_is_exact, hf_greedy, random_prompts
@@ -165,6 +166,27 @@ def test_a_drafter_that_is_always_right_drafts_long(verifier):
     result = Decoder(verifier).generate(prompt, adaptive, gamma=8, max_new_tokens=80)
     assert result.stats.tokens_per_call > 4
     assert adaptive.route["oracle"] > 5 * adaptive.route["random"]
+
+
+def test_greedy_evidence_does_not_make_sampled_drafts(verifier):
+    # Right whenever the verifier is greedy, a random guess once it samples.
+    prompt = [2, 9, 13, 5]
+    oracle = OracleDrafter(prompt, hf_greedy(verifier.model, prompt, 40))
+    steep = VerifyCosts((1, 2, 4, 8), (1.0, 1.5, 2.5, 4.5))  # each drafted token costs half a step
+    adaptive = AdaptiveDrafter({"oracle": oracle}, steep, observe_costs=False)
+    decoder = Decoder(verifier)
+    greedy, sampled = Counter(), Counter()
+    for seed in range(6):
+        before = Counter(adaptive.route)
+        decoder.generate(prompt, adaptive, gamma=4, max_new_tokens=40)
+        between = Counter(adaptive.route)
+        sampling = SamplingConfig(temperature=1.0)
+        decoder.generate(prompt, adaptive, gamma=4, max_new_tokens=40, sampling=sampling, seed=seed)
+        if seed >= 2:  # once both modes have evidence
+            greedy += between - before
+            sampled += Counter(adaptive.route) - between
+    assert greedy["oracle"] > 0.9 * sum(greedy.values())
+    assert sampled[""] > 0.8 * sum(sampled.values())
 
 
 def test_a_costly_drafter_that_is_right_only_as_often_as_it_costs_is_not_used(verifier):

@@ -225,8 +225,10 @@ class _Arm:
         self.drafter = drafter
         self.chain_view = chain_view
         self.branches = can_branch(drafter)
-        self.acceptance = DepthAcceptance(max_depth)  # by depth along its first-choice chain
-        self.nodes = NodeAcceptance(max_depth)  # tree nodes, by depth and own probability
+        # Greedy and sampled decoding keep drafts at different rates (a greedy verifier's loops
+        # are easy to guess, its samples are not): one pair of estimates for each.
+        self._estimates = {greedy: (DepthAcceptance(max_depth), NodeAcceptance(max_depth)) for greedy in (True, False)}
+        self.use_estimates(greedy=True)
         self.seconds_per_token = 0.0  # decaying mean of a proposal's time per token asked for
         self.calls = 0
         self.tree_seconds = 0.0  # decaying mean of a tree proposal's time
@@ -235,6 +237,11 @@ class _Arm:
         self.pending: list[_Pending] = []
         self.stochastic = False  # seen to hand over rows while the verifier samples
         self.stochastic_trees = False  # the same, for its trees
+
+    def use_estimates(self, greedy: bool) -> None:
+        """`acceptance`: by depth along its first-choice chain; `nodes`: tree nodes, by depth
+        and own probability."""
+        self.acceptance, self.nodes = self._estimates[greedy]
 
     def shadowed(self, verify_seconds: float, greedy: bool) -> bool:
         """Deterministic and cheap: it may propose every step, chosen or not."""
@@ -425,10 +432,12 @@ class AdaptiveDrafter:
         self._sent: tuple[int, float] | None = None  # width of the last step and when it began
 
     def start(self, prompt_ids, processor, generator) -> None:
-        # Estimates carry over from earlier sequences: they describe the drafters on this verifier.
+        # Estimates carry over from earlier sequences in the same mode: they describe the drafters
+        # on this verifier.
         self._greedy = processor.config.greedy
         for arm in self.arms:
             arm.drafter.start(prompt_ids, processor, generator)
+            arm.use_estimates(self._greedy)
             arm.pending = []
         self._sent = None
 
