@@ -15,6 +15,7 @@ from polyspec.drafters.adaptive import (
     AdaptiveDrafter,
     DepthAcceptance,
     NodeAcceptance,
+    StepCosts,
     VerifyCosts,
     measure_verify_costs,
     merge,
@@ -68,6 +69,24 @@ def test_depth_acceptance_follows_the_evidence():
     assert estimate.rate(1) > 0.9
     assert estimate.rate(2, 0.9) < 0.1 and estimate.rate(2) < 0.1  # the depth-only rate sees it too
     assert estimate.rate(2, 0.1) == 0.5  # another confidence bucket has no evidence
+
+
+def test_step_costs_learn_what_each_row_adds_to_a_flat_forward():
+    steps = StepCosts(FLAT_COSTS)
+    assert steps(1) == 1.0 and steps(16) == 1.26  # nothing observed: the forward curve
+    for width in (5, 9, 13, 17) * 2:  # each row judged costs 0.05 on top of the forward
+        steps.record(width, 2.0 * FLAT_COSTS(width) + 0.05 * width)
+    assert steps(1) == pytest.approx(2.0 + 0.05)  # plain decoding, never seen, is not scaled up with them
+    assert steps(33) == pytest.approx(2.0 * FLAT_COSTS(33) + 0.05 * 33)
+    for _ in range(60):  # a width seen often: its own decayed mean
+        steps.record(9, 3.0)
+    assert steps(9) == pytest.approx(3.0, rel=1e-3)
+
+
+def test_step_costs_of_one_width_scale_the_curve():
+    steps = StepCosts(FLAT_COSTS)
+    steps.record(8, 2.16)
+    assert steps(1) == pytest.approx(2.0) and steps(16) == pytest.approx(2.52)
 
 
 def test_measured_costs_are_sorted_positive_and_never_fall_with_width(verifier):

@@ -287,6 +287,41 @@ def test_greedy_drafts_follow_the_most_frequent_continuation(verifier, index_pat
     assert drafted > 0
 
 
+def test_context_drafts_follow_the_longer_then_more_confident_match(verifier, index_path):
+    drafter = started(make_drafter(f"suffix:{index_path}+context", verifier), greedy=True)
+    text = drafter.index.text.tolist()
+    rng = random.Random(5)
+    chose_live = chose_corpus = 0
+    for _ in range(40):
+        base = [rng.randrange(4, 64) for _ in range(rng.randint(2, 6))]
+        context = [
+            2,
+            *base,
+            *base[: rng.randint(0, len(base))],
+            *[rng.randrange(4, 64) for _ in range(rng.randint(0, 2))],
+        ]
+        draft = drafter.propose(context, 1)
+        length, following = brute_match(text, context[1:], 32, 256)
+        live = None  # the longest earlier occurrence of the context's end, as the live cache sees it
+        for n in range(min(7, len(context) - 1), 0, -1):
+            seen = Counter(context[i + n] for i in range(len(context) - n) if context[i : i + n] == context[-n:])
+            if seen:
+                live = n, seen
+                break
+        top = max(following.values()) if following else 0
+        corpus_wins = live is None or (
+            length > live[0]
+            or (length == live[0] and top / sum(following.values()) > max(live[1].values()) / sum(live[1].values()))
+        )
+        if following and corpus_wins:
+            assert draft.tokens == [min(t for t, c in following.items() if c == top)]
+            chose_corpus += 1
+        elif live is not None:
+            assert draft.tokens[0] in {t for t, c in live[1].items() if c == max(live[1].values())}
+            chose_live += 1
+    assert chose_live and chose_corpus  # both sides of the rule were exercised
+
+
 def test_sampled_drafts_are_proper_distributions(verifier, index_path):
     drafter = started(make_drafter(f"suffix:{index_path}+context", verifier), greedy=False)
     rng = random.Random(2)

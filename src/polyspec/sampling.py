@@ -64,23 +64,30 @@ class LogitsProcessor:
     def penalize(self, logits: torch.Tensor, ids: Sequence[int], start: int, draft: Sequence[int] = ()) -> torch.Tensor:
         """logits: [n, V]. Returns float32 logits with the repetition penalty applied (never
         modifies its input)."""
-        if self.config.repetition_penalty == 1.0:
-            return logits.float()
-        window = self.config.penalty_window
-        seen_rows = []
-        for j in range(logits.shape[0]):
-            end = start + j
-            first = max(0, end - window) if window else 0
-            seen_rows.append([*ids[first:end], *draft[max(0, first - len(ids)) : max(0, end - len(ids))]])
-        return self._penalize_rows(logits, seen_rows)
+        return self._penalize_rows(logits, self._seen(logits.shape[0], ids, start, draft))
 
     def penalize_after(
         self, logits: torch.Tensor, ids: Sequence[int], suffixes: Sequence[Sequence[int]]
     ) -> torch.Tensor:
         """Like `penalize`, but row j's context is `ids + suffixes[j]`: the rows of a token tree,
         each after its own root-to-node path."""
+        return self._penalize_rows(logits, self._seen_after(ids, suffixes))
+
+    def _seen(self, rows: int, ids: Sequence[int], start: int, draft: Sequence[int]) -> list[list[int]] | None:
+        """The tokens the penalty looks at for each row (None: no penalty)."""
         if self.config.repetition_penalty == 1.0:
-            return logits.float()
+            return None
+        window = self.config.penalty_window
+        seen_rows = []
+        for j in range(rows):
+            end = start + j
+            first = max(0, end - window) if window else 0
+            seen_rows.append([*ids[first:end], *draft[max(0, first - len(ids)) : max(0, end - len(ids))]])
+        return seen_rows
+
+    def _seen_after(self, ids: Sequence[int], suffixes: Sequence[Sequence[int]]) -> list[list[int]] | None:
+        if self.config.repetition_penalty == 1.0:
+            return None
         window = self.config.penalty_window
         seen_rows = []
         for suffix in suffixes:
@@ -89,11 +96,13 @@ class LogitsProcessor:
                 continue
             from_ids = window - len(suffix)
             seen_rows.append([*(ids[-from_ids:] if from_ids > 0 else ()), *suffix[-window:]])
-        return self._penalize_rows(logits, seen_rows)
+        return seen_rows
 
-    def _penalize_rows(self, logits: torch.Tensor, seen_rows: Sequence[Sequence[int]]) -> torch.Tensor:
+    def _penalize_rows(self, logits: torch.Tensor, seen_rows: Sequence[Sequence[int]] | None) -> torch.Tensor:
         """Row j's logits of the tokens in seen_rows[j] divided (if positive) or multiplied by
         the penalty, once per distinct token."""
+        if seen_rows is None:
+            return logits.float()
         penalty = self.config.repetition_penalty
         logits = logits.float().clone()
         for j, seen in enumerate(seen_rows):
@@ -103,6 +112,18 @@ class LogitsProcessor:
             picked = logits[j, index]
             logits[j, index] = torch.where(picked > 0, picked / penalty, picked * penalty)
         return logits
+
+    def _penalize_candidates(
+        self, scores: torch.Tensor, index: torch.Tensor, seen_rows: Sequence[Sequence[int]]
+    ) -> torch.Tensor:
+        """`_penalize_rows` on some tokens of each row: scores[j, i] is token index[j, i]'s."""
+        width = max(1, max(len(seen) for seen in seen_rows))
+        seen = torch.full((len(seen_rows), width), -1, dtype=torch.long)
+        for j, tokens in enumerate(seen_rows):
+            seen[j, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        hit = (index.unsqueeze(-1) == seen.to(index.device).unsqueeze(1)).any(dim=-1)
+        penalty = self.config.repetition_penalty
+        return torch.where(hit, torch.where(scores > 0, scores / penalty, scores * penalty), scores)
 
     def greedy_tokens(
         self, logits: torch.Tensor, ids: Sequence[int], start: int, draft: Sequence[int] = ()
@@ -120,21 +141,28 @@ class LogitsProcessor:
 
     def probs(self, logits: torch.Tensor, ids: Sequence[int], start: int, draft: Sequence[int] = ()) -> torch.Tensor:
         """[n, V] sampling distribution of each row, zero outside the top-k / top-p sets."""
-        return self._distribution(self.penalize(logits, ids, start, draft))
+        return self._distribution(logits, self._seen(logits.shape[0], ids, start, draft))
 
     def probs_after(self, logits: torch.Tensor, ids: Sequence[int], suffixes: Sequence[Sequence[int]]) -> torch.Tensor:
         """`probs` with row j after `ids + suffixes[j]`."""
-        return self._distribution(self.penalize_after(logits, ids, suffixes))
+        return self._distribution(logits, self._seen_after(ids, suffixes))
 
-    def _distribution(self, penalized: torch.Tensor) -> torch.Tensor:
+    def _distribution(self, logits: torch.Tensor, seen_rows: Sequence[Sequence[int]] | None) -> torch.Tensor:
         cfg = self.config
-        scores = penalized / cfg.temperature
-        vocab = scores.shape[-1]
+        vocab = logits.shape[-1]
         if cfg.top_k and cfg.top_k < vocab:
-            # Work on the k best only: sorting 262k logits per row would dominate the step.
-            kept_scores, kept_index = torch.topk(scores, cfg.top_k, dim=-1)
+            # The penalty only lowers logits, so the k best after it lie among the k + |seen| best
+            # before it: copying, penalising or sorting 262k logits per row would dominate the step.
+            extra = max((len(set(seen)) for seen in seen_rows), default=0) if seen_rows else 0
+            scores, index = torch.topk(logits, min(vocab, cfg.top_k + extra), dim=-1)
+            scores = scores.float()
+            if seen_rows:
+                scores = self._penalize_candidates(scores, index, seen_rows)
+            kept_scores, kept = torch.topk(scores / cfg.temperature, cfg.top_k, dim=-1)
             kept_probs = _nucleus(kept_scores, cfg.top_p)
-            return torch.zeros_like(scores).scatter_(-1, kept_index, kept_probs)
+            empty = torch.zeros(logits.shape, dtype=torch.float32, device=logits.device)
+            return empty.scatter_(-1, index.gather(-1, kept), kept_probs)
+        scores = self._penalize_rows(logits, seen_rows) / cfg.temperature
         if cfg.top_p < 1.0:
             sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
             return torch.zeros_like(scores).scatter_(-1, order, _nucleus(sorted_scores, cfg.top_p))

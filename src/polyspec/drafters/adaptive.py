@@ -387,25 +387,47 @@ def merge(proposals: Sequence[tuple[_Arm, TokenTree, list[float | None]]]) -> Ca
 
 
 class StepCosts:
-    """Seconds of a whole verify step by width, as this decoder sees them: the measured forward
-    curve, scaled to and then replaced by the observed time between two proposals (which adds
-    the judging of every row, and whatever else the machine is doing)."""
+    """Seconds of a whole verify step by width, as this decoder sees them: the observed time
+    between two proposals where a width was seen often enough, else the measured forward curve
+    fitted to the observations as a * forward(width) + b * width. The second term is what the
+    forward curve leaves out: judging every row (a sampled row is a top-k over the vocabulary)
+    and the tree's bookkeeping, which grow with the width even where the forward does not."""
 
     def __init__(self, forward: VerifyCosts, decay: float = 0.9) -> None:
         self.forward = forward
         self.decay = decay
         self.observed: dict[int, tuple[float, float]] = {}  # width -> (decayed sum, decayed count)
+        self._fit = (1.0, 0.0)
 
     def record(self, width: int, seconds: float) -> None:
         total, count = self.observed.get(width, (0.0, 0.0))
         self.observed[width] = (total * self.decay + seconds, count * self.decay + 1.0)
+        self._fit = self._refit()
+
+    def _refit(self) -> tuple[float, float]:
+        """(a, b >= 0) by least squares over the observed widths, weighted by their counts."""
+        rows = [
+            (count, self.forward(width), float(width), total / count) for width, (total, count) in self.observed.items()
+        ]
+        ff = sum(c * f * f for c, f, _, _ in rows)
+        ft = sum(c * f * t for c, f, _, t in rows)
+        if len(rows) >= 2:
+            fw = sum(c * f * w for c, f, w, _ in rows)
+            ww = sum(c * w * w for c, _, w, _ in rows)
+            wt = sum(c * w * t for c, _, w, t in rows)
+            det = ff * ww - fw * fw
+            if det > 1e-12 * ff * ww:
+                a, b = (ft * ww - fw * wt) / det, (ff * wt - fw * ft) / det
+                if a > 0 and b >= 0:
+                    return a, b
+        return ft / ff, 0.0  # one width seen, or a fit that says wider is cheaper: scale only
 
     def __call__(self, width: int) -> float:
         total, count = self.observed.get(width, (0.0, 0.0))
         if count >= 3:
             return total / count
-        scales = [t / c / self.forward(w) for w, (t, c) in self.observed.items() if c >= 1]
-        return self.forward(width) * (sum(scales) / len(scales) if scales else 1.0)
+        a, b = self._fit
+        return a * self.forward(width) + b * width
 
 
 class AdaptiveDrafter:
@@ -422,7 +444,9 @@ class AdaptiveDrafter:
             for arm in list(self.arms)
             if arm.branches
         ]
-        self.costs = StepCosts(costs)
+        # Judging a sampled row costs more than a greedy one: step times are kept per mode.
+        self._step_costs = {greedy: StepCosts(costs) for greedy in (True, False)}
+        self.costs = self._step_costs[True]
         self.max_depth = max_depth
         # Proposals by the drafters that made them ("" = plain steps; a merged tree: "a | b").
         self.route: Counter[str] = Counter()
@@ -435,6 +459,7 @@ class AdaptiveDrafter:
         # Estimates carry over from earlier sequences in the same mode: they describe the drafters
         # on this verifier.
         self._greedy = processor.config.greedy
+        self.costs = self._step_costs[self._greedy]
         for arm in self.arms:
             arm.drafter.start(prompt_ids, processor, generator)
             arm.use_estimates(self._greedy)

@@ -132,7 +132,8 @@ class SuffixDrafter:
         if self.cache is None:
             return None if found is None else ("corpus", found)
         table = self.cache.table
-        for length in range(min(self.cache.max_context, len(live)), 0, -1):
+        shortest = match.length if found is not None else 1  # a shorter live match loses anyway
+        for length in range(min(self.cache.max_context, len(live)), max(shortest, 1) - 1, -1):
             entry = table.get(tuple(live[-length:]))
             if entry is not None:
                 break
