@@ -168,7 +168,7 @@ def random_prompts(count: int, seed: int, vocab: int = 64) -> list[list[int]]:
 
 def hf_greedy(model, prompt_ids: list[int], max_new_tokens: int, **kwargs) -> list[int]:
     out = model.generate(
-        torch.tensor([prompt_ids]),
+        torch.tensor([prompt_ids], device=model.device),
         do_sample=False,
         max_new_tokens=max_new_tokens,
         pad_token_id=0,
@@ -186,7 +186,7 @@ def exact_joint(model, prompt: list[int], config: SamplingConfig, steps: int) ->
         for prefix, mass in joint.items():
             ids = prompt + list(prefix)
             with torch.inference_mode():
-                logits = model(torch.tensor([ids])).logits[0, -1:]
+                logits = model(torch.tensor([ids], device=model.device)).logits[0, -1:]
             probs = processor.probs(logits, ids, len(ids))[0]
             for token in probs.nonzero().flatten().tolist():
                 grown[(*prefix, token)] = mass * float(probs[token])
