@@ -298,9 +298,21 @@ def test_node_acceptance_trusts_the_drafter_until_evidence_says_otherwise():
     estimate = NodeAcceptance(max_depth=3)
     assert estimate.rate(1, 0.9) == pytest.approx(0.9) and estimate.rate(2, None) == 0.5
     for _ in range(300):
-        estimate.update(1, 0.9, False)
-    assert estimate.rate(1, 0.9) < 0.02
-    assert estimate.rate(1, 0.3) == pytest.approx(0.3) and estimate.rate(2, 0.9) == pytest.approx(0.9)
+        estimate.update(1, 0.5, True)
+        estimate.update(1, 0.5, False)  # kept as often as the drafter says
+    assert estimate.rate(1, 0.5) == pytest.approx(0.5, abs=0.02)
+    assert estimate.rate(2, 0.9) == pytest.approx(0.9, abs=0.03)  # no evidence there: the drafter's word
+
+
+def test_node_acceptance_discounts_every_probability_of_a_drafter_that_overpromises():
+    estimate = NodeAcceptance(max_depth=3)
+    for i in range(300):
+        estimate.update(1, 0.9, i % 10 == 0)  # kept a ninth as often as promised
+    assert estimate.rate(1, 0.9) == pytest.approx(0.1, abs=0.03)
+    # Cells without evidence of their own (another depth, another probability) are discounted alike.
+    assert estimate.rate(3, 0.9) == pytest.approx(0.1, abs=0.03)
+    assert estimate.rate(2, 0.4) == pytest.approx(0.4 / 9, abs=0.02)
+    assert estimate.rate(2, 0.4, rank=1) == pytest.approx(0.4)  # other ranks are calibrated apart
 
 
 def test_node_acceptance_tells_a_drafters_first_choice_from_its_others():
@@ -310,6 +322,18 @@ def test_node_acceptance_tells_a_drafters_first_choice_from_its_others():
         estimate.update(2, 0.2, False, rank=1)  # second choices at the same p never
     assert estimate.rate(2, 0.2, rank=0) > 0.95 and estimate.rate(2, 0.2, rank=1) < 0.05
     assert estimate.rate(2, 0.2, rank=5) == pytest.approx(0.2)  # later ranks: no evidence yet
+
+
+def test_a_chain_arm_starts_from_its_drafters_first_choice_evidence():
+    adaptive = AdaptiveDrafter({"junk": JunkTrees()}, FLAT_COSTS)
+    tree_arm, chain_arm = adaptive.arms
+    assert chain_arm.name == "junk chain" and chain_arm.rate(1) == 0.5
+    for _ in range(100):
+        tree_arm.acceptance.update(1, None, False)  # its first choices, shadowed, are never kept
+    assert chain_arm.rate(1) < 0.03  # before any chain of its own was sent
+    for _ in range(100):
+        chain_arm.acceptance.update(1, None, True)
+    assert chain_arm.rate(1) > 0.95  # its own evidence outweighs the prior
 
 
 def test_merged_trees_share_paths_and_siblings_never_sum_past_one():

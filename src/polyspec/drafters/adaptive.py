@@ -119,7 +119,8 @@ def measure_verify_costs(
 
 class DepthAcceptance:
     """P(draft position d is kept | positions before it were), per depth, from decaying counts
-    with a Beta(1, 1) prior; a confidence bucket (row peak) refines it where rows exist."""
+    with a prior worth two observations (1/2 unless told); a confidence bucket (row peak)
+    refines it where rows exist."""
 
     BUCKETS = 4
 
@@ -132,10 +133,10 @@ class DepthAcceptance:
     def bucket(self, confidence: float | None) -> int:
         return self.BUCKETS if confidence is None else min(int(confidence * self.BUCKETS), self.BUCKETS - 1)
 
-    def rate(self, depth: int, confidence: float | None = None) -> float:
+    def rate(self, depth: int, confidence: float | None = None, prior: float = 0.5) -> float:
         depth = min(depth, len(self.hits) - 1)
         b = self.bucket(confidence)
-        return (self.hits[depth][b] + 1.0) / (self.trials[depth][b] + 2.0)
+        return (self.hits[depth][b] + 2.0 * prior) / (self.trials[depth][b] + 2.0)
 
     def update(self, depth: int, confidence: float | None, kept: bool) -> None:
         """Counts in the confidence's bucket and in the no-confidence one, which then holds the
@@ -150,8 +151,11 @@ class NodeAcceptance:
     """P(a tree node is kept | its parent was), by depth, by the node's rank among its siblings
     in the drafter's tree (its first choice, second, later: a drafter's first choice can be
     right far more often than its probability says, as a context match is) and by the drafter's
-    own probability for it, from decaying counts. Before evidence a bucket trusts the drafter:
-    its prior is that probability, worth PRIOR_WEIGHT observations (nodes without one: 1/2)."""
+    own probability for it, from decaying counts. A cell's prior, worth PRIOR_WEIGHT
+    observations, is that probability (nodes without one: 1/2) times the rank's calibration:
+    kept nodes over the probabilities they were given, pooled over depths and probabilities.
+    Most cells see little evidence (deep nodes are judged only after their parents were kept),
+    and a corpus n-gram's probabilities can promise ten times what a sampling verifier keeps."""
 
     BUCKETS = 8
     RANKS = 3
@@ -163,21 +167,35 @@ class NodeAcceptance:
         self.hits = [0.0] * size
         self.trials = [0.0] * size
         self.max_depth = max_depth
+        self.kept = [0.0] * self.RANKS  # per rank: decayed nodes kept ...
+        self.promised = [0.0] * self.RANKS  # ... and the sum of their probabilities
 
     def _cell(self, depth: int, probability: float | None, rank: int) -> int:
         depth, rank = min(depth, self.max_depth), min(rank, self.RANKS - 1)
         b = self.BUCKETS if probability is None else min(max(int(probability * self.BUCKETS), 0), self.BUCKETS - 1)
         return (depth * self.RANKS + rank) * (self.BUCKETS + 1) + b
 
+    def calibration(self, rank: int) -> float:
+        """How many times its probability a node of this rank is kept (1 before evidence)."""
+        rank = min(rank, self.RANKS - 1)
+        return (self.kept[rank] + self.PRIOR_WEIGHT) / (self.promised[rank] + self.PRIOR_WEIGHT)
+
     def rate(self, depth: int, probability: float | None, rank: int = 0) -> float:
         cell = self._cell(depth, probability, rank)
-        prior = 0.5 if probability is None else min(max(probability, 0.0), 1.0)
+        prior = min(_probability(probability) * self.calibration(rank), 1.0)
         return (self.hits[cell] + self.PRIOR_WEIGHT * prior) / (self.trials[cell] + self.PRIOR_WEIGHT)
 
     def update(self, depth: int, probability: float | None, kept: bool, rank: int = 0) -> None:
         cell = self._cell(depth, probability, rank)
         self.hits[cell] = self.hits[cell] * self.decay + kept
         self.trials[cell] = self.trials[cell] * self.decay + 1.0
+        rank = min(rank, self.RANKS - 1)
+        self.kept[rank] = self.kept[rank] * self.decay + kept
+        self.promised[rank] = self.promised[rank] * self.decay + _probability(probability)
+
+
+def _probability(probability: float | None) -> float:
+    return 0.5 if probability is None else min(max(probability, 0.0), 1.0)
 
 
 # A drafter not tried for this many steps gets one short draft: it may pay again by now.
@@ -217,13 +235,14 @@ class _ChainOf:
 
 
 class _Arm:
-    """One drafter with what is known of it; `chain_view`: the chains of another arm's
-    drafter (`_ChainOf`)."""
+    """One drafter with what is known of it; `of`: the arm whose drafter's chains this arm
+    drafts (`_ChainOf`)."""
 
-    def __init__(self, name: str, drafter: Drafter, max_depth: int, chain_view: bool = False) -> None:
+    def __init__(self, name: str, drafter: Drafter, max_depth: int, of: _Arm | None = None) -> None:
         self.name = name
         self.drafter = drafter
-        self.chain_view = chain_view
+        self.of = of
+        self.chain_view = of is not None
         self.branches = can_branch(drafter)
         # Greedy and sampled decoding keep drafts at different rates (a greedy verifier's loops
         # are easy to guess, its samples are not): one pair of estimates for each.
@@ -242,6 +261,14 @@ class _Arm:
         """`acceptance`: by depth along its first-choice chain; `nodes`: tree nodes, by depth
         and own probability."""
         self.acceptance, self.nodes = self._estimates[greedy]
+
+    def rate(self, depth: int, confidence: float | None = None) -> float:
+        """Chance that draft position `depth` is kept. A chain arm's prior is how often its
+        drafter's first choices were kept (shadowed every step, so known long before the chain
+        arm has evidence of its own): a drawn token is kept about as often where rows are peaked,
+        and a sampling verifier keeps few of a corpus n-gram's guesses."""
+        prior = 0.5 if self.of is None else self.of.acceptance.rate(depth)
+        return self.acceptance.rate(depth, confidence, prior)
 
     def shadowed(self, verify_seconds: float, greedy: bool) -> bool:
         """Deterministic and cheap: it may propose every step, chosen or not."""
@@ -440,7 +467,7 @@ class AdaptiveDrafter:
         self.observe_costs = observe_costs  # off: trust the measured curve alone (reproducible choices)
         self.arms = [_Arm(name, drafter, max_depth) for name, drafter in drafters.items()]
         self.arms += [
-            _Arm(f"{arm.name} chain", _ChainOf(arm.drafter), max_depth, chain_view=True)
+            _Arm(f"{arm.name} chain", _ChainOf(arm.drafter), max_depth, of=arm)
             for arm in list(self.arms)
             if arm.branches
         ]
@@ -476,7 +503,7 @@ class AdaptiveDrafter:
         best_n, best = 0, 1.0 / self.costs(1)
         expected, survive = 1.0, 1.0
         for n, confidence in enumerate(marks, start=1):
-            survive *= arm.acceptance.rate(n, confidence)
+            survive *= arm.rate(n, confidence)
             expected += survive
             rate = expected / (n * arm.seconds_per_token + self.costs(n + 1))
             if rate <= best:
@@ -636,7 +663,7 @@ class AdaptiveDrafter:
             return rate if n else 0.0
         best, expected, survive = 0.0, 1.0, 1.0
         for n in range(1, min(depth, budget) + 1):
-            survive *= arm.acceptance.rate(n)
+            survive *= arm.rate(n)
             expected += survive
             best = max(best, expected / (arm.tree_seconds + costs[n]))
         return best
