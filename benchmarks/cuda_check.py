@@ -20,7 +20,6 @@ import contextlib
 import io
 import itertools
 import json
-import random
 import shutil
 import sys
 import tempfile
@@ -34,16 +33,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fixtures import (  # noqa: E402
     build_tokenizer,
     check_sampling_is_exact,
+    greedy_text_ngram,
     hf_greedy,
     save,
     tiny_gemma,
     tiny_llama,
 )
 
-from polyspec.decoding import Decoder  # noqa: E402
 from polyspec.files import write_atomic  # noqa: E402
 from polyspec.models import LoadedModel  # noqa: E402
-from polyspec.ngram.train import train_files  # noqa: E402
 from polyspec.specs import make_drafter  # noqa: E402
 
 TOKENIZER_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
@@ -65,21 +63,6 @@ def run_cli(*args: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
-def ngram_of(verifier: LoadedModel, tokenizer, root: Path) -> Path:
-    """An order-3 model of the verifier's own greedy text and of word salad."""
-    root.mkdir()
-    rng, decoder, lines = random.Random(0), Decoder(verifier), []
-    for _ in range(12):
-        prompt = [rng.randrange(4, 64) for _ in range(4)]
-        continuation = decoder.generate([2, *prompt], max_new_tokens=40, eos_token_ids=frozenset()).token_ids
-        lines.append(" ".join(tokenizer.convert_ids_to_tokens(prompt + continuation)))
-    lines += [" ".join(f"w{rng.randrange(60)}" for _ in range(rng.randint(1, 12))) for _ in range(30)]
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    train_files(tokenizer, [corpus], 3, root / "order3.ngram", show_progress=False)
-    return root / "order3.ngram"
-
-
 def greedy_identity(device: str, root: Path) -> list[dict]:
     tokenizer = build_tokenizer()
     draft_dir = save(tiny_gemma(seed=2, layers=2), tokenizer, root / "draft")
@@ -88,7 +71,9 @@ def greedy_identity(device: str, root: Path) -> list[dict]:
         model = tiny_gemma(seed=11) if family == "gemma" else tiny_llama(seed=11)
         path = save(model, tokenizer, root / family)
         model = model.to(device)
-        ngram = ngram_of(LoadedModel.load(str(path), dtype="float32", device=device), tokenizer, root / f"{family}-ng")
+        ngram = greedy_text_ngram(
+            LoadedModel.load(str(path), dtype="float32", device=device), tokenizer, root / f"{family}-ng"
+        )
         specs = [
             "none",
             "prompt-lookup",
@@ -129,7 +114,7 @@ def exact_sampling(device: str, root: Path) -> list[dict]:
     tokenizer = build_tokenizer()
     verifier = LoadedModel.load(str(save(tiny_gemma(seed=1), tokenizer, root / "sampled")), "float32", device)
     save(tiny_gemma(seed=2, layers=2), tokenizer, root / "sdraft")
-    ngram = ngram_of(verifier, tokenizer, root / "sampled-ng")
+    ngram = greedy_text_ngram(verifier, tokenizer, root / "sampled-ng")
     cases = [("prompt-lookup", "prompt-lookup", 0), ("prompt-lookup", "prompt-lookup", 8)]
     cases += [("ngram+context", f"ngram:{ngram}+context", 8), ("model", f"model:{root / 'sdraft'}", 8)]
     rows = []

@@ -243,6 +243,24 @@ def check_sampling_is_exact(
     assert chi_square_pvalue(samples, joint) > 1e-3
 
 
+def greedy_text_ngram(verifier, tokenizer, root: Path) -> Path:
+    """An order-3 n-gram (in `root`) of the verifier's own greedy text and of word salad: its
+    guesses are often right, sometimes not."""
+    from polyspec.ngram.train import train_files
+
+    decoder, rng, lines = Decoder(verifier), random.Random(0), []
+    for _ in range(12):
+        prompt = [rng.randrange(4, 64) for _ in range(4)]
+        continuation = decoder.generate([2, *prompt], max_new_tokens=40, eos_token_ids=frozenset()).token_ids
+        lines.append(" ".join(tokenizer.convert_ids_to_tokens(prompt + continuation)))
+    lines += [" ".join(f"w{rng.randrange(60)}" for _ in range(rng.randint(1, 12))) for _ in range(30)]
+    root.mkdir(parents=True, exist_ok=True)
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    train_files(tokenizer, [corpus], 3, root / "order3.ngram", show_progress=False)
+    return root / "order3.ngram"
+
+
 def install_fake_asset(name: str, files: dict[str, str]) -> None:
     with store.staging(name) as tmp:
         for relative, text in files.items():

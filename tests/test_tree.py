@@ -18,6 +18,7 @@ from fixtures import (
     SAMPLING,
     check_sampling_is_exact,
     chi_square_pvalue,
+    greedy_text_ngram,
     hf_greedy,
     random_prompts,
     run_cli,
@@ -34,7 +35,6 @@ from polyspec.drafters.model import ModelDrafter
 from polyspec.drafters.prompt_lookup import PromptLookupDrafter
 from polyspec.errors import UserError
 from polyspec.models import LoadedModel
-from polyspec.ngram.train import train_files
 from polyspec.sampling import LogitsProcessor, SamplingConfig
 from polyspec.specs import make_drafter
 from polyspec.tree import ROOT, TokenTree, best_first, select_by_score
@@ -389,22 +389,7 @@ def draft_model(draft_dir):
 
 @pytest.fixture(scope="module")
 def ngram_path(tmp_path_factory, verifier, tokenizer) -> Path:
-    """An order-3 model of the verifier's own greedy text and of word salad."""
-    root = tmp_path_factory.mktemp("tree-ngram")
-    decoder = Decoder(verifier)
-    rng = random.Random(0)
-    lines = []
-    for _ in range(12):
-        prompt = [rng.randrange(4, 64) for _ in range(4)]
-        continuation = decoder.generate([2, *prompt], max_new_tokens=40, eos_token_ids=frozenset()).token_ids
-        lines.append(" ".join(tokenizer.convert_ids_to_tokens(prompt + continuation)))
-    for _ in range(30):
-        lines.append(" ".join(f"w{rng.randrange(60)}" for _ in range(rng.randint(1, 12))))
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    path = root / "order3.ngram"
-    train_files(tokenizer, [corpus], 3, path, show_progress=False)
-    return path
+    return greedy_text_ngram(verifier, tokenizer, tmp_path_factory.mktemp("tree-ngram"))
 
 
 class Branches:
