@@ -313,6 +313,9 @@ def test_node_acceptance_discounts_every_probability_of_a_drafter_that_overpromi
     assert estimate.rate(3, 0.9) == pytest.approx(0.1, abs=0.03)
     assert estimate.rate(2, 0.4) == pytest.approx(0.4 / 9, abs=0.02)
     assert estimate.rate(2, 0.4, rank=1) == pytest.approx(0.4)  # other ranks are calibrated apart
+    for _ in range(300):
+        estimate.update(1, 0.9, False)
+    assert estimate.rate(1, 0.9) < 0.02
 
 
 def test_node_acceptance_tells_a_drafters_first_choice_from_its_others():

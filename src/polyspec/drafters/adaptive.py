@@ -155,7 +155,7 @@ class NodeAcceptance:
     observations, is that probability (nodes without one: 1/2) times the rank's calibration:
     kept nodes over the probabilities they were given, pooled over depths and probabilities.
     Most cells see little evidence (deep nodes are judged only after their parents were kept),
-    and a corpus n-gram's probabilities can promise ten times what a sampling verifier keeps."""
+    and a corpus n-gram's probabilities can promise far more than a sampling verifier keeps."""
 
     BUCKETS = 8
     RANKS = 3
@@ -242,7 +242,6 @@ class _Arm:
         self.name = name
         self.drafter = drafter
         self.of = of
-        self.chain_view = of is not None
         self.branches = can_branch(drafter)
         # Greedy and sampled decoding keep drafts at different rates (a greedy verifier's loops
         # are easy to guess, its samples are not): one pair of estimates for each.
@@ -256,6 +255,10 @@ class _Arm:
         self.pending: list[_Pending] = []
         self.stochastic = False  # seen to hand over rows while the verifier samples
         self.stochastic_trees = False  # the same, for its trees
+
+    @property
+    def chain_view(self) -> bool:
+        return self.of is not None
 
     def use_estimates(self, greedy: bool) -> None:
         """`acceptance`: by depth along its first-choice chain; `nodes`: tree nodes, by depth
