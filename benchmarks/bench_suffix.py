@@ -181,14 +181,14 @@ def drafting_speed(suffix_path, ngram_path, sequences, vocab_size: int, gamma: i
     return results
 
 
-def acceptance(languages: list[str], limit: int, max_new_tokens: int, gamma: int, workdir: Path) -> dict:
+def acceptance(languages: list[str], limit: int, max_new_tokens: int, gamma: int, workdir: Path, dtype: str) -> dict:
     from polyspec.decoding import Decoder
     from polyspec.ngram.train import train
     from polyspec.specs import load_model
     from polyspec.suffix.build import build
     from polyspec.tasks import TASKS, build_prompts, corpus_text
 
-    verifier = load_model("gemma3-270m", dtype="float32")
+    verifier = load_model("gemma3-270m", dtype=dtype)
     decoder = Decoder(verifier)
     modes = {"greedy": SamplingConfig(), "sample": STUDY_SAMPLING}
     table: dict = {}
@@ -249,6 +249,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=2, help="prompts per language and task")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--acceptance-gamma", type=int, default=3)
+    parser.add_argument("--dtype", default="auto", help="the verifier's, for the acceptance part")
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-acceptance", action="store_true")
     parser.add_argument("--workdir", type=Path, default=None)
@@ -288,7 +289,9 @@ def main() -> None:
             ))  # fmt: skip
     if not args.skip_acceptance:
         languages = [code for code in args.languages.split(",") if code]
-        results["acceptance"] = acceptance(languages, args.limit, args.max_new_tokens, args.acceptance_gamma, workdir)
+        results["acceptance"] = acceptance(
+            languages, args.limit, args.max_new_tokens, args.acceptance_gamma, workdir, args.dtype
+        )
     results["load_average_after"] = os.getloadavg()
     print(f"load average before {results['load_average']}, after {results['load_average_after']}")
     if args.json_out:

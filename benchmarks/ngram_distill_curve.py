@@ -35,6 +35,7 @@ import torch
 from polyspec.assets.languages import get_language
 from polyspec.decoding import Decoder
 from polyspec.drafters.ngram import NGramDrafter, NGramOptions
+from polyspec.files import write_atomic
 from polyspec.models import resolve_dtype
 from polyspec.ngram import load
 from polyspec.ngram.train import train
@@ -174,7 +175,7 @@ def _record(report: dict, out: Path, row: dict | None) -> None:
     if row is not None:
         report["rows"].append(row)
         print(json.dumps(row), flush=True)
-    (out / "curve.json").write_text(json.dumps(report, indent=1) + "\n")
+    write_atomic(out / "curve.json", json.dumps(report, indent=1) + "\n")
 
 
 def _flat(rows: dict) -> dict:

@@ -12,7 +12,7 @@ import pytest
 from fixtures import run_cli
 
 from polyspec.bench.grid import BenchConfig, record_key
-from polyspec.bench.report import write_report
+from polyspec.bench.report import distilled_goals, write_report
 from polyspec.bench.results import read_records
 from polyspec.bench.runner import TREE_BUDGET, TREE_DEPTH, BenchRunner, plan_units, resolve_grid_languages, run_bench
 from polyspec.drafters.adaptive import AdaptiveDrafter
@@ -265,6 +265,32 @@ def test_report_sets_adaptive_against_its_rivals_and_keeps_sources_apart(verifie
     ))  # fmt: skip
     with pytest.raises(Exception, match="different model files"):
         write_report([mixed], tmp_path / "refused")
+
+
+def test_report_sets_distilled_ngrams_against_the_corpus_ones():
+    def record(drafter, mode, task, accepted, drafted, f):
+        return dict(drafter=drafter, mode=mode, task=task, accepted=accepted, drafted=drafted, f_measured=f)
+
+    records = [
+        record("ngram", "sample", "story", 2, 20, 1.0),
+        record("ngram", "sample", "continuation", 8, 180, 1.0),
+        record("ngram-distill", "sample", "story", 24, 100, 1.4),
+        record("ngram-distill", "sample", "continuation", 8, 100, 1.3),
+        record("ngram", "greedy", "translation", 30, 100, 1.5),
+        record("ngram-distill", "greedy", "translation", 29, 100, 1.6),
+        record("ngram", "greedy", "story", 1, 10, 1.1),
+        record("ngram-distill", "greedy", "story", 5, 10, 1.3),
+    ]
+    sampled, greedy = distilled_goals(records)
+    # Pooled over records (32 of 200 against 10 of 200), not a mean of the records' ratios (4.2).
+    assert sampled == (
+        "- Sampled story + continuation: `ngram-distill` acceptance 0.160 vs `ngram` 0.050, ratio 3.20 (goal >= 3), "
+        "f = 1.35x (goal >= 1.3): **met**"
+    )
+    assert greedy.endswith("translation 0.290 vs 0.300, story 0.500 vs 0.100 (goal: no lower on any task): **not met**")
+    records[2]["f_measured"] = 1.1
+    assert distilled_goals(records)[0].endswith("f = 1.20x (goal >= 1.3): **not met**")
+    assert distilled_goals([r for r in records if r["drafter"] != "ngram"]) == []
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import time
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from pathlib import Path
 import torch
 
 from polyspec.errors import UserError
+from polyspec.files import append_lines, drop_torn_line, read_lines
 from polyspec.models import LoadedModel
 from polyspec.sampling import STUDY_SAMPLING, LogitsProcessor, SamplingConfig
 
@@ -82,7 +82,7 @@ def _translation_prompts(language) -> list[str]:
 
 
 class Shards:
-    """Append-only JSON lines of samples under `directory`; a torn last line is ignored."""
+    """Append-only JSON lines of samples under `directory`; a torn last line is cut off."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -93,29 +93,11 @@ class Shards:
         what is appended next follows the last complete sample."""
         if not self.path.exists():
             return []
-        samples, good = [], 0
-        data = self.path.read_bytes()
-        for line in data.splitlines(keepends=True):
-            try:
-                if not line.endswith(b"\n"):
-                    raise ValueError
-                samples.append(json.loads(line))
-            except ValueError:
-                break
-            good += len(line)
-        if good < len(data):
-            os.truncate(self.path, good)
-        return samples
+        drop_torn_line(self.path)
+        return read_lines(self.path, "sample log")
 
     def append(self, samples: list[dict]) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        data = "".join(json.dumps(s) + "\n" for s in samples).encode("utf-8")
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        append_lines(self.path, samples)
 
 
 @torch.inference_mode()

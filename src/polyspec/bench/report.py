@@ -158,6 +158,7 @@ def goals(records: list[dict]) -> list[str]:
             f"lowest language {worst[1]} {worst[0]:.2f}x (goal >= 1.0): **{'met' if ok else 'not met'}**"
         )
     lines += adaptive_goals(records)
+    lines += distilled_goals(records)
     pairs = [
         (r["f_predicted"], r["f_measured"])
         for r in records
@@ -213,6 +214,48 @@ def adaptive_goals(records: list[dict]) -> list[str]:
             lines.append(
                 f"- {task}, {mode}: `adaptive` (tree {'/'.join(map(str, trees))}) f = {adaptive:.2f}x against {text} "
                 f"(goal: at least each): **{'met' if ok and known else 'not met' if known else 'no rivals'}**"
+            )
+    return lines
+
+
+def pooled_alpha(records: list[dict], drafter: str) -> float | None:
+    """Accepted over drafted tokens, summed over the drafter's records (not a mean of ratios)."""
+    rs = [r for r in records if r["drafter"] == drafter and r.get("drafted") is not None]
+    drafted = sum(r["drafted"] for r in rs)
+    return sum(r["accepted"] for r in rs) / drafted if drafted else None
+
+
+# Each n-gram distilled from the verifier and the corpus n-gram it stands in for.
+DISTILLED_PAIRS = (("ngram-distill", "ngram"), ("ngram-distill+context", "ngram+context"))
+
+
+def distilled_goals(records: list[dict]) -> list[str]:
+    """Distilled n-grams against the corpus ones: sampled stories and continuations (acceptance
+    >= 3x, chain f >= 1.3x) and greedy decoding (acceptance no lower on any task)."""
+    lines = []
+    for distilled, corpus in DISTILLED_PAIRS:
+        free = [r for r in records if r["mode"] == "sample" and r["task"] in ("story", "continuation")]
+        ours, theirs, f = pooled_alpha(free, distilled), pooled_alpha(free, corpus), mean_f(free, distilled)
+        if ours is not None and theirs is not None and f is not None:
+            ratio = ours / theirs if theirs else math.inf
+            ok = ratio >= 3.0 and f >= 1.3
+            lines.append(
+                f"- Sampled story + continuation: `{distilled}` acceptance {ours:.3f} vs `{corpus}` {theirs:.3f}, "
+                f"ratio {ratio:.2f} (goal >= 3), f = {f:.2f}x (goal >= 1.3): **{'met' if ok else 'not met'}**"
+            )
+        greedy = [r for r in records if r["mode"] == "greedy"]
+        cells = []
+        for task in ordered({r["task"] for r in greedy}, ["translation", "story", "continuation"]):
+            rs = [r for r in greedy if r["task"] == task]
+            pair = pooled_alpha(rs, distilled), pooled_alpha(rs, corpus)
+            if None not in pair:
+                cells.append((task, *pair))
+        if cells:
+            text = ", ".join(f"{task} {ours:.3f} vs {theirs:.3f}" for task, ours, theirs in cells)
+            ok = all(ours >= theirs for _, ours, theirs in cells)
+            lines.append(
+                f"- Greedy: `{distilled}` against `{corpus}` acceptance by task: {text} "
+                f"(goal: no lower on any task): **{'met' if ok else 'not met'}**"
             )
     return lines
 

@@ -3,32 +3,15 @@ leaves a valid file that `--resume` continues."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 from polyspec.errors import UserError
+from polyspec.files import append_lines, drop_torn_line, read_lines
 
 
 def read_records(path: Path) -> list[dict]:
     """Every complete record; a last line cut short by an interruption is skipped."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError as exc:
-        raise UserError(f"results file {str(path)!r} does not exist") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read results file {str(path)!r}: {exc}") from exc
-    records = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            if number == len(lines):
-                break
-            raise UserError(f"{path}:{number}: not a JSON record") from exc
-    return records
+    return read_lines(path, "results file")
 
 
 class ResultsLog:
@@ -42,23 +25,9 @@ class ResultsLog:
                 raise UserError(
                     f"{self.path} already holds results: add --resume to continue it, or choose another --out"
                 )
+            drop_torn_line(self.path)  # first, so that every record read is one the file keeps
             self.records = read_records(self.path)
-            self._drop_partial_last_line()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-
-    def _drop_partial_last_line(self) -> None:
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            cut = data.rfind(b"\n") + 1
-            with open(self.path, "r+b") as handle:
-                handle.truncate(cut)
 
     def append(self, record: dict) -> None:
-        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        append_lines(self.path, [record])
         self.records.append(record)

@@ -31,7 +31,7 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from polyspec.errors import UserError
-from polyspec.files import atomic_path
+from polyspec.files import atomic_path, map_readonly
 from polyspec.ngram.trie import Level, Trie, child_starts, parents_from_starts
 from polyspec.vocabulary import Fingerprint
 
@@ -126,21 +126,6 @@ def save(trie: Trie, fingerprint: Fingerprint, path: Path | str, metadata: dict 
     return Path(path).stat().st_size
 
 
-def _open(path: Path) -> mmap.mmap:
-    name = str(path)
-    try:
-        with path.open("rb") as handle:
-            if path.stat().st_size == 0:
-                raise UserError(f"n-gram model {name!r} is empty")
-            return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    except IsADirectoryError as exc:
-        raise UserError(f"n-gram model {name!r} is a directory, not a model file") from exc
-    except FileNotFoundError as exc:
-        raise UserError(f"n-gram model {name!r} does not exist") from exc
-    except OSError as exc:
-        raise UserError(f"cannot read n-gram model {name!r}: {exc.strerror or exc}") from exc
-
-
 def _header(mapped: mmap.mmap, name: str) -> tuple[dict, dict[str, str], int]:
     """(tensor entries, metadata, where the data begins), checked against the header's hash."""
     if mapped[: len(VERSION1_MAGIC)] == VERSION1_MAGIC:
@@ -194,7 +179,7 @@ def _views(mapped: mmap.mmap, tensors: dict, begin: int, name: str) -> dict[str,
 def load(path: Path | str) -> StoredModel:
     """Map a model file and check its header and shapes; every failure is a one-line UserError."""
     path = Path(path)
-    mapped = _open(path)
+    mapped = map_readonly(path, "n-gram model")
     tensors, info, begin = _header(mapped, str(path))
     return _assemble(path, info, _views(mapped, tensors, begin, str(path)), len(mapped))
 
@@ -256,7 +241,7 @@ def read_version1(path: Path | str) -> StoredModel:
     """A file of the format before this one (magic, version 1, JSON header, 8-byte aligned raw
     arrays, SHA-256 of it all), read whole and checked; for `convert`."""
     path, name = Path(path), str(path)
-    with _open(path) as mapped:
+    with map_readonly(path, "n-gram model") as mapped:
         data = mapped[:]
     if data[:8] != VERSION1_MAGIC:
         raise UserError(f"{name!r} is not an n-gram model file of format version 1")

@@ -125,25 +125,27 @@ class SuffixDrafter:
         memo[key] = found
         return found
 
-    def _choose(self, match, live: list[int]):
-        """('corpus', prediction) or ('live', cache entry) for the next token, or None; the
-        longer match wins, then the more confident one, then the live one."""
+    def _choose(self, match, live: list[int], bound: int):
+        """The next token's source, ('corpus', prediction), ('live', cache entry) or None, and
+        the bound for the next call. The longer match wins, then the more confident one, then
+        the live one. `bound` caps the live match's length: a live match of L + 1 tokens after
+        a token holds one of L tokens before it, so each token raises the cap by one at most."""
         found = self._prediction(match)
         if self.cache is None:
-            return None if found is None else ("corpus", found)
+            return (None if found is None else ("corpus", found)), 0
         table = self.cache.table
-        shortest = match.length if found is not None else 1  # a shorter live match loses anyway
-        for length in range(min(self.cache.max_context, len(live)), max(shortest, 1) - 1, -1):
+        shortest = max(match.length if found is not None else 1, 1)  # a shorter live match loses anyway
+        length = upper = min(bound, len(live))
+        while length >= shortest:
             entry = table.get(tuple(live[-length:]))
             if entry is not None:
                 break
+            length -= 1
         else:
-            return None if found is None else ("corpus", found)
-        if found is None or length > match.length:
-            return "live", entry
-        if length < match.length or entry[1] / entry[2] < found[-1]:
-            return "corpus", found
-        return "live", entry
+            return (None if found is None else ("corpus", found)), min(upper, shortest - 1) + 1
+        if found is None or length > match.length or (length == match.length and entry[1] / entry[2] >= found[-1]):
+            return ("live", entry), length + 1
+        return ("corpus", found), length + 1
 
     # ---------------------------------------------------------------- drafting
 
@@ -165,11 +167,12 @@ class SuffixDrafter:
                 if i + 1 < k:  # the match after the last token waits until it is accepted
                     match, window = move(match, window, found[0])
             return Draft(tokens=tokens) if tokens else EMPTY_DRAFT
+        bound = self.cache.max_context if self.cache is not None else 0
         for i in range(k):
-            choice = self._choose(match, live)
+            choice, bound = self._choose(match, live, bound)
             if choice is None:
                 break
-            token = self._greedy(choice) if self.greedy else self._sample(choice, rows[i])
+            token = choice[1][0] if self.greedy else self._sample(choice, rows[i])  # greedy: the best token
             if token >= self.usable_vocab:
                 break
             tokens.append(token)
@@ -187,10 +190,6 @@ class SuffixDrafter:
         if self.generator is not None and self.generator.device.type != "cpu":
             probs = probs.to(self.generator.device)
         return Draft(tokens=tokens, probs=probs)
-
-    @staticmethod
-    def _greedy(choice) -> int:
-        return choice[1][0]  # the corpus's best token, or the live entry's
 
     def _sample(self, choice, row: np.ndarray) -> int:
         """Fill `row` with the chosen distribution and draw a token from exactly those values."""

@@ -13,7 +13,6 @@ data is read until a query touches it, so opening an index costs the same at any
 from __future__ import annotations
 
 import json
-import mmap
 import struct
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from polyspec.errors import UserError
-from polyspec.files import atomic_path
+from polyspec.files import atomic_path, map_readonly
 from polyspec.suffix.index import SuffixIndex
 from polyspec.vocabulary import Fingerprint
 
@@ -51,26 +50,11 @@ def save(text: np.ndarray, suffix_array: np.ndarray, fingerprint: Fingerprint, p
     return Path(path).stat().st_size
 
 
-def _map(path: Path) -> mmap.mmap:
-    name = str(path)
-    try:
-        with path.open("rb") as handle:
-            if path.stat().st_size == 0:
-                raise UserError(f"suffix index {name!r} is empty")
-            return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    except IsADirectoryError as exc:
-        raise UserError(f"suffix index {name!r} is a directory, not an index file") from exc
-    except FileNotFoundError as exc:
-        raise UserError(f"suffix index {name!r} does not exist") from exc
-    except OSError as exc:
-        raise UserError(f"cannot read suffix index {name!r}: {exc.strerror or exc}") from exc
-
-
 def load(path) -> SuffixIndex:
     """Map an index file and check its header; every failure is a one-line UserError."""
     path = Path(path)
     name = str(path)
-    mapped = _map(path)
+    mapped = map_readonly(path, "suffix index")
     (length,) = struct.unpack_from("<Q", mapped) if len(mapped) >= 8 else (0,)
     if len(mapped) < 9 or mapped[8:9] != b"{" or 8 + length > len(mapped):
         raise UserError(f"{name!r} is not a polyspec suffix index file")
