@@ -86,6 +86,7 @@ def main() -> None:
     parser.add_argument("--max-minutes", type=float, default=None, help="sampling time per language, at most")
     parser.add_argument("--points", default="1500,3000,6000,12000,24000")
     parser.add_argument("--order", type=int, default=3)
+    parser.add_argument("--mix-corpus", action="store_true", help="mix the corpus split into each distilled n-gram")
     parser.add_argument("--prompts", type=int, default=3, help="per task (story, continuation)")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--gamma", type=int, default=3)
@@ -148,13 +149,15 @@ def main() -> None:
                 count += len(sample["ids"])
                 seconds += sample.get("seconds", 0.0)
                 cpu += sample.get("cpu_seconds", 0.0)
-            path = work / f"distilled-{point}.ngram"
+            path = work / f"distilled-{point}{'-mixed' if args.mix_corpus else ''}.ngram"
             t0 = time.perf_counter()
-            train(verifier.tokenizer, prefix, order=args.order, out=path, show_progress=False)
+            mixed = prefix + (corpus_text(language) if args.mix_corpus else [])  # as `--mix`: counts add up
+            train(verifier.tokenizer, mixed, order=args.order, out=path, show_progress=False)
             train_seconds = time.perf_counter() - t0
             rows = {mode: acceptance(decoder, path, prompts, mode, args.new_tokens, args.gamma) for mode in MODES}
             row = {"language": code, "tokens": count, "minutes": seconds / 60, "cpu_minutes": cpu / 60,
-                   "train_seconds": train_seconds, "source": "distilled", **_flat(rows)}  # fmt: skip
+                   "train_seconds": train_seconds, "source": "distilled", "mixed": args.mix_corpus,
+                   **_flat(rows)}  # fmt: skip
             _record(report, args.out, row)
     report["load_average_after"] = os.getloadavg()
     report["wall_minutes"] = (time.perf_counter() - began) / 60

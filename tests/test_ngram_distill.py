@@ -153,3 +153,14 @@ def test_auto_device_without_cuda_samples_on_the_cpu(monkeypatch):
     assert resolve_device("auto") == "cuda" and resolve_device("cuda:0") == "cuda:0"
     with pytest.raises(Exception, match="there are 1 CUDA devices"):
         resolve_device("cuda:1")
+
+
+def test_the_command_and_the_benchmark_sample_the_same_default_number_of_tokens():
+    import inspect
+
+    from polyspec.bench.grid import BenchConfig
+    from polyspec.commands.ngram_distill import distill
+
+    command_default = inspect.signature(distill).parameters["tokens"].default
+    bench_default = BenchConfig.__dataclass_fields__["distill_tokens"].default
+    assert command_default == bench_default == SelfCorpusSettings().tokens

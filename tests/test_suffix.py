@@ -322,6 +322,29 @@ def test_context_drafts_follow_the_longer_then_more_confident_match(verifier, in
     assert chose_live and chose_corpus  # both sides of the rule were exercised
 
 
+@pytest.mark.parametrize("greedy", [True, False])
+def test_bounding_the_live_match_drafts_what_a_full_search_drafts(verifier, index_path, greedy):
+    """Each drafted token starts the live look-up one above the last match: the same drafts (and
+    draft rows) as looking up every length each time."""
+    bounded = started(make_drafter(f"suffix:{index_path}+context", verifier), greedy=greedy)
+    full = started(make_drafter(f"suffix:{index_path}+context", verifier), greedy=greedy)
+    choose = full._choose
+    full._choose = lambda match, live, bound: choose(match, live, full.cache.max_context)
+    rng = random.Random(8)
+    drafted = 0
+    for _ in range(30):
+        base = [rng.randrange(4, 64) for _ in range(rng.randint(3, 8))]
+        context = [2, *base, *[rng.randrange(4, 64) for _ in range(2)], *base[: rng.randint(1, len(base))]]
+        started(bounded, greedy, seed=1), started(full, greedy, seed=1)  # fresh caches, the same draws
+        ours, theirs = bounded.propose(context, 6), full.propose(context, 6)
+        assert ours.tokens == theirs.tokens
+        assert (ours.probs is None) == (theirs.probs is None)
+        if ours.probs is not None:
+            assert torch.equal(ours.probs, theirs.probs)
+        drafted += len(ours.tokens)
+    assert drafted > 30
+
+
 def test_sampled_drafts_are_proper_distributions(verifier, index_path):
     drafter = started(make_drafter(f"suffix:{index_path}+context", verifier), greedy=False)
     rng = random.Random(2)
