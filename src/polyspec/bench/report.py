@@ -233,8 +233,10 @@ def distilled_goals(records: list[dict]) -> list[str]:
     """Distilled n-grams against the corpus ones: sampled stories and continuations (acceptance
     >= 3x, chain f >= 1.3x) and greedy decoding (acceptance no lower on any task)."""
     lines = []
+    free = [r for r in records if r["mode"] == "sample" and r["task"] in ("story", "continuation")]
+    greedy = [r for r in records if r["mode"] == "greedy"]
+    tasks = ordered({r["task"] for r in greedy}, ["translation", "story", "continuation"])
     for distilled, corpus in DISTILLED_PAIRS:
-        free = [r for r in records if r["mode"] == "sample" and r["task"] in ("story", "continuation")]
         ours, theirs, f = pooled_alpha(free, distilled), pooled_alpha(free, corpus), mean_f(free, distilled)
         if ours is not None and theirs is not None and f is not None:
             ratio = ours / theirs if theirs else math.inf
@@ -243,9 +245,8 @@ def distilled_goals(records: list[dict]) -> list[str]:
                 f"- Sampled story + continuation: `{distilled}` acceptance {ours:.3f} vs `{corpus}` {theirs:.3f}, "
                 f"ratio {ratio:.2f} (goal >= 3), f = {f:.2f}x (goal >= 1.3): **{'met' if ok else 'not met'}**"
             )
-        greedy = [r for r in records if r["mode"] == "greedy"]
         cells = []
-        for task in ordered({r["task"] for r in greedy}, ["translation", "story", "continuation"]):
+        for task in tasks:
             rs = [r for r in greedy if r["task"] == task]
             pair = pooled_alpha(rs, distilled), pooled_alpha(rs, corpus)
             if None not in pair:

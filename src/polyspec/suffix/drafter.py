@@ -134,7 +134,7 @@ class SuffixDrafter:
         if self.cache is None:
             return (None if found is None else ("corpus", found)), 0
         table = self.cache.table
-        shortest = max(match.length if found is not None else 1, 1)  # a shorter live match loses anyway
+        shortest = match.length if found is not None else 1  # a shorter live match loses anyway
         length = upper = min(bound, len(live))
         while length >= shortest:
             entry = table.get(tuple(live[-length:]))
