@@ -11,7 +11,7 @@ import os
 import pytest
 from fixtures import run_cli
 
-from polyspec.bench.grid import BenchConfig, record_key
+from polyspec.bench.grid import ROUTERS, BenchConfig, record_key
 from polyspec.bench.report import distilled_goals, write_report
 from polyspec.bench.results import read_records
 from polyspec.bench.runner import TREE_BUDGET, TREE_DEPTH, BenchRunner, plan_units, resolve_grid_languages, run_bench
@@ -213,6 +213,12 @@ def test_distilled_ngrams_are_sampled_once_per_verifier_and_settings(verifier, l
     assert source["sha256"] == sha256(path) and source == runner.source("ngram-distill+context", language)
     distillation = source["trained_on"]["distillation"]
     assert distillation["settings"]["tokens"] == 40 and distillation["language"] == "tst"
+    # The router over the distilled n-grams: its own part instances, each part's provenance.
+    router = runner.drafter("adaptive-distill", language)
+    arms = {arm.name: arm.drafter for arm in router.arms if arm.of is None}
+    assert isinstance(router, AdaptiveDrafter) and list(arms) == list(ROUTERS["adaptive-distill"])
+    assert arms["ngram-distill"] is not plain and arms["ngram-distill"].model.order == 4
+    assert runner.source("adaptive-distill", language)["parts"]["ngram-distill+context"] == source
     # Cached: a second runner samples nothing; other settings or another verifier, another model.
     before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "ngram").iterdir()}
     again = BenchRunner(config, verifier, tmp_path / "ngram")

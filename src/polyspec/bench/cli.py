@@ -35,7 +35,8 @@ def bench(
         str | None,
         typer.Option(
             help="none,ngram-bigram,ngram,ngram+context,prompt-lookup,hf-prompt-lookup,adaptive (the default), "
-            "ngram-distill,ngram-distill+context (opt-in: minutes per language to build) or drafter specs"
+            "ngram-distill,ngram-distill+context,adaptive-distill (opt-in: minutes per language to build) "
+            "or drafter specs"
         ),
     ] = None,
     gammas: Annotated[str | None, typer.Option(help="Draft lengths, e.g. 2,3,5.")] = None,

@@ -18,12 +18,15 @@ from polyspec.specs import DEFAULT_VERIFIER, parse_drafter
 DEFAULT_DRAFTERS = (
     "none", "ngram-bigram", "ngram", "ngram+context", "prompt-lookup", "hf-prompt-lookup", "adaptive",
 )  # fmt: skip
-# What `adaptive` routes among (specs' `adaptive:SPEC;SPEC;...` over this language's drafters);
+# What each router routes among (specs' `adaptive:SPEC;SPEC;...` over this language's drafters);
 # it drafts token trees (runner.TREE_BUDGET nodes, runner.TREE_DEPTH deep) once the router can branch.
-ADAPTIVE_PARTS = ("ngram", "ngram+context", "prompt-lookup")
+ROUTERS = {
+    "adaptive": ("ngram", "ngram+context", "prompt-lookup"),
+    "adaptive-distill": ("ngram-distill", "ngram-distill+context", "ngram+context", "prompt-lookup"),
+}
 # Opt-in: n-grams distilled from the verifier's own samples cost minutes per language to build
 # (once; cached). `--drafters ...,ngram-distill,ngram-distill+context` or `--preset ngram-distill`.
-OPT_IN_DRAFTERS = ("ngram-distill", "ngram-distill+context")
+OPT_IN_DRAFTERS = ("ngram-distill", "ngram-distill+context", "adaptive-distill")
 BENCH_DRAFTERS = DEFAULT_DRAFTERS + OPT_IN_DRAFTERS
 MODES = ("greedy", "sample")
 
@@ -85,7 +88,15 @@ PRESETS = {
     "ngram-distill": BenchConfig(
         languages=("npi", "yor", "zh"),
         tasks=("translation", "continuation"),
-        drafters=("none", "ngram", "ngram+context", "ngram-distill", "ngram-distill+context", "adaptive"),
+        drafters=(
+            "none",
+            "ngram",
+            "ngram+context",
+            "ngram-distill",
+            "ngram-distill+context",
+            "adaptive",
+            "adaptive-distill",
+        ),  # fmt: skip
         modes=("greedy", "sample"),
         limit=1,
     ),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from polyspec.bench.grid import ADAPTIVE_PARTS, BenchConfig, record_key
+from polyspec.bench.grid import ROUTERS, BenchConfig, record_key
 from polyspec.bench.metrics import chrf, cost_ratio, first_divergence, predicted_speedup
 from polyspec.bench.provenance import file_entry, model_fingerprint, ngram_source, path_source
 from polyspec.bench.results import ResultsLog
@@ -254,12 +254,12 @@ class BenchRunner:
             from polyspec.drafters.prompt_lookup import PromptLookupDrafter
 
             return PromptLookupDrafter()
-        if name == "adaptive":  # the router over this language's own drafters
+        if name in ROUTERS:  # a router over this language's own drafters
             from polyspec.drafters.adaptive import AdaptiveDrafter
             from polyspec.specs import verify_costs
 
             # Its own instances: a part keeps per-sequence state apart from the fixed drafter's.
-            parts = {part: self.build_drafter(part, language) for part in ADAPTIVE_PARTS}
+            parts = {part: self.build_drafter(part, language) for part in ROUTERS[name]}
             return AdaptiveDrafter(parts, verify_costs(verifier))
         if name in BENCH_NAMES:  # drafters cut from the verifier, one per language
             from polyspec.distill.store import bench_drafter_dir
@@ -294,8 +294,8 @@ class BenchRunner:
             return None
         if name in NGRAM_DRAFTERS or name in DISTILLED_NGRAM_DRAFTERS:
             return ngram_source(self.ngram_path(name, language))
-        if name == "adaptive":
-            return {"parts": {part: self.source(part, language) for part in ADAPTIVE_PARTS}}
+        if name in ROUTERS:
+            return {"parts": {part: self.source(part, language) for part in ROUTERS[name]}}
         if name in BENCH_NAMES:
             from polyspec.distill.store import bench_drafter_dir
 
@@ -317,7 +317,7 @@ class BenchRunner:
     def tree_shape(self, name: str, drafter, gamma: int) -> tuple[int, int]:
         """(nodes per verify call, depth limit): `TREE_BUDGET` and `TREE_DEPTH` for the adaptive
         drafter where it and the verifier take trees, else (0, gamma): chains."""
-        if name != "adaptive" or drafter is None or not can_branch(drafter) or self.decoder.lm.tree_support():
+        if name not in ROUTERS or drafter is None or not can_branch(drafter) or self.decoder.lm.tree_support():
             return 0, gamma
         depth = max(TREE_DEPTH, gamma)
         return max(TREE_BUDGET, depth), depth
@@ -428,7 +428,7 @@ class BenchRunner:
                 generation_seconds += spec.stats.seconds
                 record = self.decoder_record(base, prompt, prompt_ids, name, gamma, plain, spec, tree, depth)
                 record["drafter_source"] = self.source(name, language)
-                if name == "adaptive" or name.startswith("adaptive:"):
+                if name in ROUTERS or name.startswith("adaptive:"):
                     record["verify_costs"] = verify_curve(drafter)
                     route = Counter(getattr(drafter, "route", {})) - routed
                     record["route"] = {part or "plain": n for part, n in route.items()}
