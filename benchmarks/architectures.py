@@ -48,6 +48,7 @@ import tiny_models  # noqa: E402
 from fixtures import build_tokenizer  # noqa: E402
 
 from polyspec.cached_lm import CachedLM  # noqa: E402
+from polyspec.files import write_atomic  # noqa: E402
 from polyspec.models import load_tokenizer  # noqa: E402
 
 PROMPT = "w5 w6 w7 w5 w6 w7 w5 w6"  # repeats, so prompt lookup has something to copy
@@ -312,7 +313,7 @@ def main() -> None:
     print(json.dumps(summary))
     if args.json_path:
         Path(args.json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json_path).write_text(json.dumps({"summary": summary, "records": records}, indent=1) + "\n")
+        write_atomic(args.json_path, json.dumps({"summary": summary, "records": records}, indent=1) + "\n")
     if args.markdown:
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
         Path(args.markdown).write_text(markdown(records, summary))

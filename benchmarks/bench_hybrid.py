@@ -30,16 +30,20 @@ import json
 import os
 import random
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from polyspec.cached_lm import CachedLM
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from fixtures import OracleDrafter  # noqa: E402
+
+from polyspec.cached_lm import CachedLM  # noqa: E402
 from polyspec.decoding import Decoder
 from polyspec.drafters.model import ModelDrafter
 from polyspec.models import LoadedModel
 from polyspec.state_rollback import CropPolicy
-from polyspec.types import Draft
 
 
 def hybrid_model(layers: int, hidden: int, vocab: int, dtype: torch.dtype, seed: int = 0):
@@ -126,19 +130,6 @@ def part_rollback(model, gamma: int, args) -> dict:
             "overhead_share": overhead / stock,
         }
     return result
-
-
-class OracleDrafter:
-    """Proposes the verifier's own greedy continuation, known in advance: always right, free."""
-
-    def __init__(self, prompt: list[int], continuation: list[int]) -> None:
-        self.text = prompt + continuation
-
-    def start(self, prompt_ids, processor, generator) -> None:
-        pass
-
-    def propose(self, context, k) -> Draft:
-        return Draft(tokens=self.text[len(context) : len(context) + k])
 
 
 def always_right(decoder: Decoder, prompt: list[int], guess: list[int], gamma: int, run: dict):

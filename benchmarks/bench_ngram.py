@@ -20,7 +20,6 @@ are measured interleaved in one run.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import random
@@ -34,8 +33,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from synthetic_text import corpus_documents, sampler, source_lines
 
 from polyspec.drafters.ngram import NGramDrafter, NGramOptions
+from polyspec.files import write_atomic
 from polyspec.ngram import load as load_model
 from polyspec.ngram.corpus import RecordFormat, read_documents
 from polyspec.ngram.counting import CHUNK_TOKENS, ChunkMerger, count_chunk
@@ -75,63 +76,11 @@ def baseline_modules(revision: str) -> tuple[types.ModuleType, types.ModuleType]
     return storage, query
 
 
-def source_lines() -> dict[str, list[str]]:
-    """Non-empty lines of the text shipped in dataset-build, by language directory."""
-    spec = importlib.util.find_spec("dataset_build")  # locate only: the package itself is not imported
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit("the dataset-build package is not installed")
-    data = Path(next(iter(spec.submodule_search_locations))) / "data"
-    lines: dict[str, list[str]] = defaultdict(list)
-    for path in sorted(data.rglob("*.txt")):
-        text = path.read_text(encoding="utf-8", errors="replace")
-        lines[path.parent.name].extend(line.strip() for line in text.split("\n") if line.strip())
-    return dict(lines)
-
-
-def fit_chains(by_language: dict[str, list[str]]) -> list[tuple[list[str], list[int], dict[str, list[str]]]]:
-    """Per language: sentence-initial words, sentence lengths, and each word's successors."""
-    chains = []
-    for language in sorted(by_language):
-        following: dict[str, list[str]] = defaultdict(list)
-        starts, lengths = [], []
-        for line in by_language[language]:
-            words = line.split()
-            starts.append(words[0])
-            lengths.append(len(words))
-            for a, b in zip(words, words[1:], strict=False):
-                following[a].append(b)
-        chains.append((starts, lengths, following))
-    return chains
-
-
-def sample_sentence(rng: random.Random, chains) -> str:
-    starts, lengths, following = rng.choice(chains)
-    words = [rng.choice(starts)]
-    for _ in range(rng.choice(lengths) - 1):
-        nexts = following.get(words[-1])
-        if not nexts:
-            break
-        words.append(rng.choice(nexts))
-    return " ".join(words)
-
-
 def build_corpus(path: Path, megabytes: float, seed: int = 0) -> int:
-    """The real text once, then sampled sentences up to `megabytes`; returns the size in bytes."""
-    rng = random.Random(seed)
-    by_language = source_lines()
-    chains = fit_chains(by_language)
-    target = int(megabytes * 1e6)
-    written = 0
-    with path.open("w", encoding="utf-8") as out:
-        for lines in by_language.values():
-            for line in lines:
-                out.write(line + "\n")
-                written += len(line.encode()) + 1
-        while written < target:
-            line = sample_sentence(rng, chains)
-            out.write(line + "\n")
-            written += len(line.encode()) + 1
-    return written
+    """`synthetic_text.corpus_documents` in a file; returns its size in bytes."""
+    text = "".join(line + "\n" for line in corpus_documents(megabytes, seed))
+    path.write_text(text, encoding="utf-8")
+    return len(text.encode())
 
 
 def tokenize(corpus: Path, tokenizer) -> tuple[list[tuple[np.ndarray, np.ndarray]], float, int]:
@@ -320,9 +269,9 @@ def main() -> None:
     # Text to draft on: half real sentences (seen in training), half fresh sentences sampled
     # with another seed (partly unseen, so back-off happens), tokenised.
     rng = random.Random(2)
-    real = [line for lines in source_lines().values() for line in lines]
-    chains = fit_chains(source_lines())
-    sample = rng.sample(real, 150) + [sample_sentence(rng, chains) for _ in range(150)]
+    by_language = source_lines()
+    real, sentence = [line for lines in by_language.values() for line in lines], sampler(by_language, rng)
+    sample = rng.sample(real, 150) + [sentence() for _ in range(150)]
     sequences = [ids for ids in BatchEncoder(tokenizer)._id_lists(sample) if len(ids) > 2]
 
     results["orders"] = {}
@@ -391,7 +340,7 @@ def main() -> None:
     results["load_average_after"] = os.getloadavg()
     print(f"load average before {results['load_average']}, after {results['load_average_after']}")
     if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=1))
+        write_atomic(args.json_out, json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import threading
 import time
 from pathlib import Path
 
+from polyspec.files import write_atomic
+
 PROMPTS = [
     "Article 1. All human beings are born free and equal in dignity and rights. Article 2. Everyone is "
     "entitled to all the rights and freedoms set forth in this Declaration. Article 3.",
@@ -152,7 +154,7 @@ def main() -> None:
     print(json.dumps(summary, indent=2))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=2) + "\n")
+        write_atomic(args.out, json.dumps({"summary": summary, "rows": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -20,19 +20,19 @@ with no stop; every drafter decodes the same prompts with the same seeds.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import random
-import sys
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import torch
+from synthetic_text import corpus_documents, sampler, source_lines
 
 from polyspec.drafters.ngram import NGramDrafter, NGramOptions
+from polyspec.files import write_atomic
 from polyspec.ngram.counting import CHUNK_TOKENS, ChunkMerger, count_chunk
 from polyspec.ngram.query import NGramModel
 from polyspec.ngram.storage import load as load_ngram
@@ -47,53 +47,6 @@ from polyspec.suffix.storage import save as save_suffix
 from polyspec.vocabulary import fingerprint
 
 ORDER = 4
-
-
-def source_lines() -> dict[str, list[str]]:
-    spec = importlib.util.find_spec("dataset_build")  # locate only: the package itself is not imported
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit("the dataset-build package is not installed")
-    lines: dict[str, list[str]] = defaultdict(list)
-    for path in sorted((Path(next(iter(spec.submodule_search_locations))) / "data").rglob("*.txt")):
-        text = path.read_text(encoding="utf-8", errors="replace")
-        lines[path.parent.name].extend(line.strip() for line in text.split("\n") if line.strip())
-    return dict(lines)
-
-
-def sampler(by_language: dict[str, list[str]], seed: int):
-    """Sentences from per-language word-bigram chains fitted to the text."""
-    chains = []
-    for language in sorted(by_language):
-        following: dict[str, list[str]] = defaultdict(list)
-        starts = [line.split()[0] for line in by_language[language]]
-        lengths = [len(line.split()) for line in by_language[language]]
-        for line in by_language[language]:
-            words = line.split()
-            for a, b in zip(words, words[1:], strict=False):
-                following[a].append(b)
-        chains.append((starts, lengths, following))
-    rng = random.Random(seed)
-
-    def sentence() -> str:
-        starts, lengths, following = rng.choice(chains)
-        words = [rng.choice(starts)]
-        for _ in range(rng.choice(lengths) - 1):
-            if not following.get(words[-1]):
-                break
-            words.append(rng.choice(following[words[-1]]))
-        return " ".join(words)
-
-    return sentence
-
-
-def corpus_documents(megabytes: float) -> list[str]:
-    by_language = source_lines()
-    documents = [line for lines in by_language.values() for line in lines]
-    size, sentence = sum(len(d.encode()) + 1 for d in documents), sampler(by_language, 0)
-    while size < megabytes * 1e6:
-        documents.append(sentence())
-        size += len(documents[-1].encode()) + 1
-    return documents
 
 
 def build_speed(documents: list[str], tokenizer, workdir: Path) -> tuple[dict, Path, Path]:
@@ -277,7 +230,7 @@ def main() -> None:
         rng = random.Random(2)
         by_language = source_lines()
         real = [line for lines in by_language.values() for line in lines]
-        fresh = sampler(by_language, 7)
+        fresh = sampler(by_language, random.Random(7))
         sample = rng.sample(real, 150) + [fresh() for _ in range(150)]
         sequences = [ids for ids in BatchEncoder(tokenizer)._id_lists(sample) if len(ids) > 2]
         vocab_size = fingerprint(tokenizer).vocab_size
@@ -295,7 +248,7 @@ def main() -> None:
     results["load_average_after"] = os.getloadavg()
     print(f"load average before {results['load_average']}, after {results['load_average_after']}")
     if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=1))
+        write_atomic(args.json_out, json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":

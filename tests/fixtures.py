@@ -26,6 +26,7 @@ from scipy import stats
 from polyspec.assets import store
 from polyspec.decoding import Decoder
 from polyspec.sampling import LogitsProcessor, SamplingConfig
+from polyspec.types import Draft
 
 VOCAB_WORDS = 60  # plus 4 special tokens
 
@@ -150,6 +151,19 @@ def tiny_qwen35(seed: int, layers: int = 4, noise: float = 0.0, base=None):
         else:
             model.lm_head.weight.mul_(8.0)  # confident logits, like a trained model's
     return model
+
+
+class OracleDrafter:
+    """Proposes the verifier's own greedy continuation, known in advance: always right, free."""
+
+    def __init__(self, prompt: list[int], continuation: list[int]) -> None:
+        self.text = prompt + continuation
+
+    def start(self, prompt_ids, processor, generator) -> None:
+        pass
+
+    def propose(self, context, k) -> Draft:
+        return Draft(tokens=self.text[len(context) : len(context) + k])
 
 
 def random_prompts(count: int, seed: int, vocab: int = 64) -> list[list[int]]:

@@ -7,7 +7,7 @@ import random
 from collections import Counter
 
 import pytest
-from fixtures import check_sampling_is_exact, hf_greedy, random_prompts
+from fixtures import OracleDrafter, check_sampling_is_exact, hf_greedy, random_prompts
 
 from polyspec.decoding import Decoder
 from polyspec.drafters import adaptive as adaptive_module
@@ -162,19 +162,6 @@ def test_a_drafter_that_never_pays_ends_in_plain_decoding(verifier):
             adaptive.route.clear()  # what it does once it has learnt is what counts
         decoder.generate(prompt, adaptive, gamma=4, max_new_tokens=40)
     assert adaptive.route[""] > 0.9 * sum(adaptive.route.values())
-
-
-class OracleDrafter:
-    """Proposes the verifier's own greedy continuation, known in advance: always right, free."""
-
-    def __init__(self, prompt: list[int], continuation: list[int]) -> None:
-        self.text = prompt + continuation
-
-    def start(self, prompt_ids, processor, generator) -> None:
-        pass
-
-    def propose(self, context, k) -> Draft:
-        return Draft(tokens=self.text[len(context) : len(context) + k])
 
 
 def test_a_drafter_that_is_always_right_drafts_long(verifier):
