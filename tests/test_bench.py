@@ -334,3 +334,12 @@ def test_language_without_corpus_text_is_a_user_error(monkeypatch, capsys, tmp_p
         "--drafters", "ngram", "--tasks", "continuation",
     )  # fmt: skip
     assert code == 2 and "corpus" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_verifier_given_by_path_is_recorded_relative_to_the_polyspec_home(tmp_path, monkeypatch):
+    from polyspec.bench.provenance import trained_on
+
+    monkeypatch.setenv("POLYSPEC_HOME", str(tmp_path))
+    inside = trained_on({"distilled_from": str(tmp_path / "verifier" / "v"), "settings": '{"tokens": 5}'})
+    assert inside["distillation"] == {"distilled_from": "$POLYSPEC_HOME/verifier/v", "settings": {"tokens": 5}}
+    assert trained_on({"distilled_from": "org/model"})["distillation"]["distilled_from"] == "org/model"

@@ -136,16 +136,3 @@ def cut_at_stop(text: str, stop_strings: Iterable[str]) -> str:
     """`text` ended just before its first stop string."""
     found = first_stop(text, stop_strings)
     return text if found is None else text[: found[0]]
-
-
-def stream_text(tokenizer, pieces: Iterable[Sequence[int]], stop_strings: Iterable[str] = ()):
-    """Pieces of token ids -> pieces of text (empty ones left out), ending with what `finish`
-    releases; stops at a stop string."""
-    stream = TextStream(tokenizer, stop_strings)
-    for ids in pieces:
-        if text := stream.push(ids):
-            yield text
-        if stream.stopped:
-            return
-    if text := stream.finish():
-        yield text

@@ -61,6 +61,7 @@ def trained_on(metadata: dict) -> dict:
     rest = dict(metadata)
     out: dict = {"text_sha256": rest.pop("text_sha256", None)}
     if "distilled_from" in rest:
+        rest["distilled_from"] = shown(rest["distilled_from"])  # a verifier given by path
         settings = rest.get("settings")
         if isinstance(settings, str):
             with contextlib.suppress(ValueError):
@@ -112,16 +113,6 @@ def identity(source: dict | None):
     if "parts" in source:
         return tuple(sorted((name, identity(part)) for name, part in source["parts"].items()))
     return source.get("sha256")
-
-
-def short(source: dict | None) -> str:
-    """A few characters that tell sources apart in a report."""
-    key = identity(source)
-    if key is None:
-        return "none"
-    if isinstance(key, str):
-        return key[:10]
-    return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:10]
 
 
 def model_fingerprint(model, dtype: str) -> str:
