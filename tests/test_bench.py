@@ -14,7 +14,7 @@ from fixtures import run_cli
 from polyspec.bench.grid import ROUTERS, BenchConfig, record_key
 from polyspec.bench.report import distilled_goals, write_report
 from polyspec.bench.results import read_records
-from polyspec.bench.runner import TREE_BUDGET, TREE_DEPTH, BenchRunner, plan_units, resolve_grid_languages, run_bench
+from polyspec.bench.runner import DISTILL_CORPUS_WEIGHT, TREE_BUDGET, TREE_DEPTH, BenchRunner, plan_units, resolve_grid_languages, run_bench
 from polyspec.drafters.adaptive import AdaptiveDrafter
 from polyspec.drafters.base import can_branch
 
@@ -199,6 +199,7 @@ def test_ngram_drafters_are_trained_once_and_built_with_their_options(verifier, 
 def test_distilled_ngrams_are_sampled_once_per_verifier_and_settings(verifier, language_files, tmp_path):
     from polyspec.drafters.ngram import NGramDrafter
     from polyspec.models import LoadedModel
+    from polyspec.ngram.query import ROOT
 
     config = config_for(str(verifier.name), language_files, distill_tokens=40)
     runner = BenchRunner(config, verifier, tmp_path / "ngram")
@@ -207,12 +208,22 @@ def test_distilled_ngrams_are_sampled_once_per_verifier_and_settings(verifier, l
     assert isinstance(plain, NGramDrafter) and not plain.options.use_context and context.options.use_context
     path = runner.ngram_path("ngram-distill", language)
     assert plain.model.order == config.ngram_order and path.name.startswith("tst-distill-o4-")
-    samples = (path.parent / (path.name + ".samples") / "samples.jsonl").read_text()
-    assert sum(len(json.loads(line)["ids"]) for line in samples.splitlines()) >= 40
+    log = path.parent / f"tst-distill-{runner.distilled.samples_key(language)}.samples" / "samples.jsonl"
+    assert sum(len(json.loads(line)["ids"]) for line in log.read_text().splitlines()) >= 40
     source = runner.source("ngram-distill", language)
     assert source["sha256"] == sha256(path) and source == runner.source("ngram-distill+context", language)
     distillation = source["trained_on"]["distillation"]
     assert distillation["settings"]["tokens"] == 40 and distillation["language"] == "tst"
+    # The corpus split is mixed in, weighing DISTILL_CORPUS_WEIGHT times: its files are recorded,
+    # and its n-grams are counted that many times over the samples'.
+    assert distillation["mix_corpus_weight"] == str(DISTILL_CORPUS_WEIGHT)
+    assert [entry["file"] for entry in distillation["corpus"]] == [str(path) for path in language_files]
+    assert distillation["corpus"][1]["held_out"]  # the parallel file: what the split leaves out
+    mixed_ids, mixed_counts = plain.model.continuations(*ROOT)  # unigram counts
+    corpus_ids, corpus_counts = runner.drafter("ngram", language).model.continuations(*ROOT)
+    weighed = dict(zip(mixed_ids.tolist(), mixed_counts.tolist(), strict=True))
+    assert all(weighed[t] >= DISTILL_CORPUS_WEIGHT * c for t, c in zip(corpus_ids.tolist(), corpus_counts.tolist()))
+    assert sum(mixed_counts) > DISTILL_CORPUS_WEIGHT * sum(corpus_counts)  # and the samples
     # The router over the distilled n-grams: its own part instances, each part's provenance.
     router = runner.drafter("adaptive-distill", language)
     arms = {arm.name: arm.drafter for arm in router.arms if arm.of is None}
@@ -224,6 +235,11 @@ def test_distilled_ngrams_are_sampled_once_per_verifier_and_settings(verifier, l
     again = BenchRunner(config, verifier, tmp_path / "ngram")
     assert again.ngram_path("ngram-distill", language) == path
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "ngram").iterdir()} == before
+    # Another corpus: another model from the same samples (nothing sampled again).
+    language_files[0].write_text(language_files[0].read_text() + "\nw5 w6 w7 w8")
+    mixed = BenchRunner(config, verifier, tmp_path / "ngram")
+    assert mixed.ngram_path("ngram-distill", resolve_grid_languages(config)[0]) != path
+    assert log.stat().st_mtime_ns == before[log.parent.name]
     more = BenchRunner(BenchConfig(**{**config.__dict__, "distill_tokens": 41}), verifier, tmp_path / "ngram")
     assert more.distilled.key(language, 4) != runner.distilled.key(language, 4)
     changed = copy.deepcopy(verifier.model)

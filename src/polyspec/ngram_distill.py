@@ -206,11 +206,14 @@ def distill_ngram(
     mix_weight: int = 1,
     on_progress=None,
     metadata: dict | None = None,
+    corpus_weight: int = 1,
+    samples_dir: Path | None = None,
 ):
-    """Generate (or resume) the verifier's corpus next to `out` and train the n-gram on it.
+    """Generate (or resume) the verifier's corpus in `samples_dir` (default: OUT.samples/ next to
+    `out`) and train the n-gram on it.
 
     With `mix` (documents of a real corpus), counts add up: the verifier's samples count
-    `mix_weight` times each, the real documents once. The model file's metadata records the
+    `mix_weight` times each, the real documents `corpus_weight` times. The model file's metadata records the
     verifier, the language, the seed prompts (how many of each kind, and a SHA-256 of them all),
     the settings, the sampler version and the tokens sampled; `metadata` adds entries to it (or
     replaces them: e.g. `distilled_from` with the name the verifier was given by, or a
@@ -219,14 +222,14 @@ def distill_ngram(
 
     if order < 1:
         raise UserError(f"order must be >= 1, got {order}")
-    work = out.with_name(out.name + ".samples")
+    work = samples_dir or out.with_name(out.name + ".samples")
     for total in generate_corpus(verifier, language, work, settings, extra_prompts):
         if on_progress is not None:
             on_progress(min(total, settings.tokens))
     samples = Shards(work).read()
     decode = verifier.tokenizer.decode
     texts = [decode(s["ids"], skip_special_tokens=True) for s in samples]
-    documents = texts * mix_weight + list(mix or [])
+    documents = texts * mix_weight + list(mix or []) * corpus_weight
     prompts = seed_prompts(language, extra_prompts)
     kinds: dict[str, int] = {}
     for kind, _ in prompts:
@@ -245,6 +248,7 @@ def distill_ngram(
         "sampler_version": str(SAMPLER_VERSION),
         "mix_documents": str(len(mix or [])),
         "mix_weight": str(mix_weight),
+        "mix_corpus_weight": str(corpus_weight),
         **(metadata or {}),
     }
     return train(verifier.tokenizer, documents, order=order, out=out, show_progress=False, metadata=recorded)

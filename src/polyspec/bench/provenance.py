@@ -60,17 +60,19 @@ def trained_on(metadata: dict) -> dict:
     """The training text's fingerprint from an n-gram file's metadata."""
     rest = dict(metadata)
     out: dict = {"text_sha256": rest.pop("text_sha256", None)}
+    corpus = rest.pop("corpus", None)
+    if isinstance(corpus, list):
+        corpus = [{**entry, "file": shown(entry["file"])} if "file" in entry else entry for entry in corpus]
     if "distilled_from" in rest:
         rest["distilled_from"] = shown(rest["distilled_from"])  # a verifier given by path
         settings = rest.get("settings")
         if isinstance(settings, str):
             with contextlib.suppress(ValueError):
                 rest["settings"] = json.loads(settings)
+        if corpus is not None:
+            rest["corpus"] = corpus  # the real corpus mixed in
         out["distillation"] = rest
         return out
-    corpus = rest.pop("corpus", None)
-    if isinstance(corpus, list):
-        corpus = [{**entry, "file": shown(entry["file"])} if "file" in entry else entry for entry in corpus]
     out["corpus"] = corpus
     if rest:
         out["details"] = rest  # e.g. language, split, tokenizer, record format

@@ -52,6 +52,9 @@ DISTILLED_NGRAM_DRAFTERS = {
 # the drafter's own choice each step: a fixed depth of gamma would cap it where chains stop.
 TREE_BUDGET = 16
 TREE_DEPTH = 8
+# How many times the corpus split's counts weigh against the verifier's samples in the
+# benchmark's distilled n-grams (measured against 1 and 4: docs/NGRAM.md).
+DISTILL_CORPUS_WEIGHT = 16
 # Bumped when what the bench writes into its n-gram files changes (a new cache key).
 NGRAM_CACHE_VERSION = "2"
 
@@ -97,10 +100,7 @@ class NGramModels:
     def path(self, language, order: int) -> Path:
         from polyspec.ngram.train import train
 
-        paragraphs = corpus_text(language)
-        if not paragraphs:
-            raise UserError(f"language {language.code!r} has no corpus text to train an n-gram drafter on")
-        documents = [p.replace("\n", " ") for p in paragraphs]
+        documents = corpus_documents(language)
         material = [self.vocab_hash, str(order), f"cache {NGRAM_CACHE_VERSION}", *documents]
         key = hashlib.sha256("\n".join(material).encode()).hexdigest()[:16]
         model = self.cache_dir / f"{language.code}-o{order}-{key}.ngram"
@@ -109,6 +109,14 @@ class NGramModels:
             metadata = {"language": language.code, "corpus": corpus_sources(language), "split": "training"}
             train(self.verifier.tokenizer, documents, order=order, out=model, show_progress=False, metadata=metadata)
         return model
+
+
+def corpus_documents(language) -> list[str]:
+    """A language's corpus split as n-gram training documents, one paragraph each."""
+    paragraphs = corpus_text(language)
+    if not paragraphs:
+        raise UserError(f"language {language.code!r} has no corpus text to train an n-gram drafter on")
+    return [p.replace("\n", " ") for p in paragraphs]
 
 
 def corpus_sources(language) -> list[dict]:
@@ -131,10 +139,12 @@ def corpus_sources(language) -> list[dict]:
 
 
 class DistilledNGrams:
-    """N-grams distilled from the verifier's own samples (`polyspec.ngram_distill`), built once
-    per language and cached beside the corpus n-grams, keyed by the verifier's fingerprint,
-    language, order, sampling settings and seed prompts. The samples stay next to the model
-    (MODEL.samples/), so an interrupted build resumes."""
+    """N-grams distilled from the verifier's own samples (`polyspec.ngram_distill`), mixed with
+    the language's corpus split (its counts weighing `DISTILL_CORPUS_WEIGHT` times: where the
+    corpus knows a context it decides, elsewhere the samples do), built once per language and
+    cached beside the corpus n-grams. The samples are keyed by the verifier's fingerprint,
+    language, sampling settings and seed prompts (cache/CODE-distill-KEY.samples/, so an
+    interrupted build resumes), the model also by order and corpus."""
 
     def __init__(self, verifier: LoadedModel, cache_dir: Path, tokens: int, show_progress: bool = False) -> None:
         from polyspec.ngram_distill import SelfCorpusSettings
@@ -151,7 +161,7 @@ class DistilledNGrams:
             self._fingerprint = model_fingerprint(self.verifier.model, self.verifier.dtype_name)
         return self._fingerprint
 
-    def key(self, language, order: int) -> str:
+    def samples_key(self, language) -> str:
         from dataclasses import asdict
 
         from polyspec.ngram_distill import prompts_fingerprint, seed_prompts
@@ -160,11 +170,14 @@ class DistilledNGrams:
         material = {
             "verifier": self.verifier_fingerprint,
             "language": language.code,
-            "order": order,
             "settings": settings,
             "seed_prompts": prompts_fingerprint(seed_prompts(language)),
         }
         return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def key(self, language, order: int) -> str:
+        material = [self.samples_key(language), str(order), str(DISTILL_CORPUS_WEIGHT), *corpus_documents(language)]
+        return hashlib.sha256("\n".join(material).encode()).hexdigest()[:16]
 
     def path(self, language, order: int) -> Path:
         from polyspec.ngram_distill import distill_ngram
@@ -173,9 +186,14 @@ class DistilledNGrams:
         if model.exists():
             return model
         self.cache_dir.mkdir(parents=True, exist_ok=True)
+        samples = self.cache_dir / f"{language.code}-distill-{self.samples_key(language)}.samples"
         description = f"{language.code}: n-gram from the verifier's samples"
         with distill_progress(self.show_progress, description, self.settings.tokens) as advance:
-            distill_ngram(self.verifier, language, order, model, self.settings, on_progress=advance)
+            distill_ngram(
+                self.verifier, language, order, model, self.settings,
+                mix=corpus_documents(language), corpus_weight=DISTILL_CORPUS_WEIGHT, on_progress=advance,
+                metadata={"corpus": corpus_sources(language)}, samples_dir=samples,
+            )  # fmt: skip
         return model
 
 
