@@ -14,7 +14,15 @@ from fixtures import run_cli
 from polyspec.bench.grid import ROUTERS, BenchConfig, record_key
 from polyspec.bench.report import distilled_goals, write_report
 from polyspec.bench.results import read_records
-from polyspec.bench.runner import DISTILL_CORPUS_WEIGHT, TREE_BUDGET, TREE_DEPTH, BenchRunner, plan_units, resolve_grid_languages, run_bench
+from polyspec.bench.runner import (
+    DISTILL_CORPUS_WEIGHT,
+    TREE_BUDGET,
+    TREE_DEPTH,
+    BenchRunner,
+    plan_units,
+    resolve_grid_languages,
+    run_bench,
+)
 from polyspec.drafters.adaptive import AdaptiveDrafter
 from polyspec.drafters.base import can_branch
 
@@ -222,7 +230,8 @@ def test_distilled_ngrams_are_sampled_once_per_verifier_and_settings(verifier, l
     mixed_ids, mixed_counts = plain.model.continuations(*ROOT)  # unigram counts
     corpus_ids, corpus_counts = runner.drafter("ngram", language).model.continuations(*ROOT)
     weighed = dict(zip(mixed_ids.tolist(), mixed_counts.tolist(), strict=True))
-    assert all(weighed[t] >= DISTILL_CORPUS_WEIGHT * c for t, c in zip(corpus_ids.tolist(), corpus_counts.tolist()))
+    corpus = zip(corpus_ids.tolist(), corpus_counts.tolist(), strict=True)
+    assert all(weighed[t] >= DISTILL_CORPUS_WEIGHT * c for t, c in corpus)
     assert sum(mixed_counts) > DISTILL_CORPUS_WEIGHT * sum(corpus_counts)  # and the samples
     # The router over the distilled n-grams: its own part instances, each part's provenance.
     router = runner.drafter("adaptive-distill", language)
