@@ -96,7 +96,7 @@ PRESETS = {
             "ngram-distill+context",
             "adaptive",
             "adaptive-distill",
-        ),  # fmt: skip
+        ),
         modes=("greedy", "sample"),
         limit=1,
     ),
