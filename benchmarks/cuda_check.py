@@ -16,8 +16,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import itertools
 import json
 import shutil
@@ -35,6 +33,7 @@ from fixtures import (  # noqa: E402
     check_sampling_is_exact,
     greedy_text_ngram,
     hf_greedy,
+    run_cli,
     save,
     tiny_gemma,
     tiny_llama,
@@ -45,22 +44,6 @@ from polyspec.models import LoadedModel  # noqa: E402
 from polyspec.specs import make_drafter  # noqa: E402
 
 TOKENIZER_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
-
-
-def run_cli(*args: str) -> tuple[int, str]:
-    from polyspec.cli import main
-
-    out, argv = io.StringIO(), sys.argv
-    sys.argv = ["polyspec", *args]
-    code = 0
-    try:
-        with contextlib.redirect_stdout(out):
-            main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    finally:
-        sys.argv = argv
-    return code, out.getvalue()
 
 
 def greedy_identity(device: str, root: Path) -> list[dict]:
@@ -87,7 +70,7 @@ def greedy_identity(device: str, root: Path) -> list[dict]:
             for spec, (gamma, budget) in itertools.product(specs, [(3, 0), (3, 8), (4, 16)]):
                 if spec == "none" and budget:
                     continue
-                code, out = run_cli(
+                code, out, _ = run_cli(
                     "generate", "--verifier", str(path), "--drafter", spec, "--gamma", str(gamma),
                     "--tree", str(budget), "--prompt", prompt, "--max-new-tokens", "40", "--dtype", "float32",
                     "--device", device, "--json",
@@ -146,7 +129,7 @@ def distillation(device: str, config_dir: Path, root: Path, tokens: int, batches
     for batch in batches:
         out = root / f"distilled-b{batch}.ngram"
         started = time.perf_counter()
-        code, printed = run_cli(
+        code, printed, _ = run_cli(
             "ngram", "distill", "--verifier", str(target), "--language", "npi", "--tokens", str(tokens),
             "--batch", str(batch), "--device", device, "--out", str(out), "--no-progress", "--json",
         )  # fmt: skip

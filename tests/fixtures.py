@@ -10,6 +10,7 @@ these live in conftest.py; tiny configs of every other architecture in tiny_mode
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -99,18 +100,21 @@ def tiny_llama(seed: int):
     return model
 
 
-def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+def run_cli(*args: str) -> tuple[int, str, str]:
     """Run the `polyspec` entry point in-process: (exit code, stdout, stderr)."""
     from polyspec.cli import main
 
-    monkeypatch.setattr(sys, "argv", ["polyspec", *args])
+    out, err, argv = io.StringIO(), io.StringIO(), sys.argv
+    sys.argv = ["polyspec", *args]
     code = 0
     try:
-        main()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main()
     except SystemExit as exc:
         code = exc.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
+    finally:
+        sys.argv = argv
+    return code, out.getvalue(), err.getvalue()
 
 
 def save(model, tokenizer, path: Path) -> Path:

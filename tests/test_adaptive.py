@@ -217,7 +217,7 @@ def test_sampled_output_follows_the_exact_distribution(verifier, draft_dir):
     check_sampling_is_exact(verifier, adaptive, trials=800)
 
 
-def test_generate_cli_with_adaptive_drafting_is_lossless(verifier, verifier_dir, monkeypatch, capsys, tmp_path):
+def test_generate_cli_with_adaptive_drafting_is_lossless(verifier, verifier_dir, monkeypatch, tmp_path):
     import json
 
     from fixtures import run_cli
@@ -227,13 +227,13 @@ def test_generate_cli_with_adaptive_drafting_is_lossless(verifier, verifier_dir,
     monkeypatch.setattr(adaptive_module, "measure_verify_costs", lambda model: (measure(model)[0], True))
     prompt = "w5 w6 w7 w5 w6 w7 w5"
     args = ["generate", "--verifier", str(verifier_dir), "--dtype", "float32", "--prompt", prompt, "--json"]
-    code, out, err = run_cli(monkeypatch, capsys, *args, "--drafter", "adaptive:prompt-lookup;prompt-lookup:2-4",
+    code, out, err = run_cli(*args, "--drafter", "adaptive:prompt-lookup;prompt-lookup:2-4",
                              "--gamma", "6", "--max-new-tokens", "30")  # fmt: skip
     assert code == 0, err
     ids = verifier.tokenizer(prompt)["input_ids"]
     assert json.loads(out)["token_ids"] == hf_greedy(verifier.model, ids, 30)
     assert list((tmp_path / "verify-costs").glob("*.json"))  # measured once, kept for the next run
-    code, _, err = run_cli(monkeypatch, capsys, *args, "--drafter", "adaptive:oops")
+    code, _, err = run_cli(*args, "--drafter", "adaptive:oops")
     assert code == 2 and "unknown drafter" in err and "Traceback" not in err
 
 

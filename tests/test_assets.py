@@ -233,15 +233,15 @@ def test_tarball_layout_matches_npm_pack(tmp_path):
 # ---------------------------------------------------------------- command line
 
 
-def test_cli_assets_json_on_an_empty_home_prints_an_empty_object(home, monkeypatch, capsys):
-    code, out, _ = run_cli(monkeypatch, capsys, "assets", "--json")
+def test_cli_assets_json_on_an_empty_home_prints_an_empty_object(home):
+    code, out, _ = run_cli("assets", "--json")
     assert code == 0
     assert json.loads(out) == {}
 
 
-def test_cli_assets_json_lists_present_assets(home, monkeypatch, capsys):
+def test_cli_assets_json_lists_present_assets(home):
     install_fake_udhr(home)
-    code, out, _ = run_cli(monkeypatch, capsys, "assets", "--json")
+    code, out, _ = run_cli("assets", "--json")
     assert code == 0
     info = json.loads(out)
     assert list(info) == ["udhr"]
@@ -249,8 +249,8 @@ def test_cli_assets_json_lists_present_assets(home, monkeypatch, capsys):
     assert os.path.isfile(info["udhr"]["path"])
 
 
-def test_cli_assets_table_names_the_fetch_command(home, monkeypatch, capsys):
-    code, out, _ = run_cli(monkeypatch, capsys, "assets")
+def test_cli_assets_table_names_the_fetch_command(home):
+    code, out, _ = run_cli("assets")
     assert code == 0
     assert "missing" in out and "polyspec assets fetch" in out
 
@@ -262,17 +262,17 @@ def test_cli_assets_table_names_the_fetch_command(home, monkeypatch, capsys):
         (["generate", "--verifier", "gemma3-270m", "--prompt", "hi"], "polyspec assets fetch --only verifier"),
     ],
 )
-def test_cli_errors_are_one_line_with_exit_2(home, monkeypatch, capsys, args, message):
-    code, out, err = run_cli(monkeypatch, capsys, *args)
+def test_cli_errors_are_one_line_with_exit_2(home, args, message):
+    code, out, err = run_cli(*args)
     assert code == 2
     assert out == ""
     assert err.count("\n") == 1 and err.startswith("polyspec: error: ")
     assert message in err
 
 
-def test_cli_fetch_reports_present_assets(home, monkeypatch, capsys):
+def test_cli_fetch_reports_present_assets(home):
     install_fake_udhr(home)
-    code, out, _ = run_cli(monkeypatch, capsys, "assets", "fetch", "--only", "udhr", "--json")
+    code, out, _ = run_cli("assets", "fetch", "--only", "udhr", "--json")
     assert code == 0
     result = json.loads(out)
     assert result["outcome"] == {"udhr": "present"}

@@ -133,14 +133,14 @@ def test_every_record_names_the_model_file_and_text_it_comes_from(verifier_dir, 
     assert other["trained_on"]["corpus"][0]["sha256"] == sha256(corpus) != before
 
 
-def test_ngram_stats_shows_the_benchs_provenance(verifier, language_files, tmp_path, monkeypatch, capsys):
+def test_ngram_stats_shows_the_benchs_provenance(verifier, language_files, tmp_path):
     config = config_for(str(verifier.name), language_files)
     runner = BenchRunner(config, verifier, tmp_path / "ngram")
     language = resolve_grid_languages(config)[0]
     path = runner.ngram_path("ngram-bigram", language)
-    code, out, _ = run_cli(monkeypatch, capsys, "ngram", "stats", str(path), "--json")
+    code, out, _ = run_cli("ngram", "stats", str(path), "--json")
     assert code == 0 and json.loads(out)["source"] == runner.source("ngram-bigram", language)
-    code, out, _ = run_cli(monkeypatch, capsys, "ngram", "stats", str(path))
+    code, out, _ = run_cli("ngram", "stats", str(path))
     assert code == 0 and f"file sha256 {sha256(path)}" in out and "corpus.txt" in out, out
 
 
@@ -232,7 +232,7 @@ def test_distilled_ngrams_are_sampled_once_per_verifier_and_settings(verifier, l
     weighed = dict(zip(mixed_ids.tolist(), mixed_counts.tolist(), strict=True))
     corpus = zip(corpus_ids.tolist(), corpus_counts.tolist(), strict=True)
     assert all(weighed[t] >= DISTILL_CORPUS_WEIGHT * c for t, c in corpus)
-    assert sum(mixed_counts) > DISTILL_CORPUS_WEIGHT * sum(corpus_counts)  # and the samples
+    assert sum(mixed_counts.tolist()) > DISTILL_CORPUS_WEIGHT * sum(corpus_counts.tolist())  # and the samples
     # The router over the distilled n-grams: its own part instances, each part's provenance.
     router = runner.drafter("adaptive-distill", language)
     arms = {arm.name: arm.drafter for arm in router.arms if arm.of is None}
@@ -341,20 +341,19 @@ def test_report_sets_distilled_ngrams_against_the_corpus_ones():
         ["--distill-tokens", "0"],
     ],
 )
-def test_bench_bad_input_is_one_line(monkeypatch, capsys, tmp_path, args):
+def test_bench_bad_input_is_one_line(monkeypatch, tmp_path, args):
     monkeypatch.setenv("POLYSPEC_HOME", str(tmp_path / "home"))
-    code, out, err = run_cli(monkeypatch, capsys, "bench", "--out", str(tmp_path / "o"), *args)
+    code, out, err = run_cli("bench", "--out", str(tmp_path / "o"), *args)
     assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("polyspec: error:"), err
 
 
-def test_language_without_corpus_text_is_a_user_error(monkeypatch, capsys, tmp_path, verifier_dir):
+def test_language_without_corpus_text_is_a_user_error(monkeypatch, tmp_path, verifier_dir):
     monkeypatch.setenv("POLYSPEC_HOME", str(tmp_path / "home"))
     empty = tmp_path / "empty.txt"
     empty.write_text("\n")
     parallel = tmp_path / "p.tsv"
     parallel.write_text("w5 w6 w7 w8 w9 w10 w11\tw9 w8 w7 w6 w5 w4 w12\n")
-    code, _, err = run_cli(
-        monkeypatch, capsys, "bench", "--languages", "tst", "--corpus", f"tst={empty}", "--parallel",
+    code, _, err = run_cli("bench", "--languages", "tst", "--corpus", f"tst={empty}", "--parallel",
         f"tst={parallel}", "--verifier", str(verifier_dir), "--dtype", "float32", "--out", str(tmp_path / "o"),
         "--drafters", "ngram", "--tasks", "continuation",
     )  # fmt: skip

@@ -11,10 +11,9 @@ import torch
 from fixtures import SPECIALS, run_cli, save, tiny_gemma
 
 
-def test_generate_json_matches_transformers_greedy(monkeypatch, capsys, verifier, verifier_dir):
+def test_generate_json_matches_transformers_greedy(verifier, verifier_dir):
     prompt = "w5 w6 w7 w5 w6 w7 w5"
-    code, out, _ = run_cli(
-        monkeypatch, capsys, "generate", "--verifier", str(verifier_dir), "--drafter", "prompt-lookup",
+    code, out, _ = run_cli("generate", "--verifier", str(verifier_dir), "--drafter", "prompt-lookup",
         "--gamma", "3", "--prompt", prompt, "--max-new-tokens", "25", "--dtype", "float32", "--json",
     )  # fmt: skip
     assert code == 0
@@ -72,12 +71,12 @@ def bad_inputs(verifier_dir, other_vocab_dir, tmp_path):
         "hub unreachable", "unknown option", "not a number",
     ],
 )  # fmt: skip
-def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, verifier_dir, other_vocab_dir, tmp_path, case):
+def test_bad_input_is_one_line_and_exit_2(monkeypatch, verifier_dir, other_vocab_dir, tmp_path, case):
     import huggingface_hub.constants
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # never wait on a network here
     args = bad_inputs(verifier_dir, other_vocab_dir, tmp_path)[case]
-    code, out, err = run_cli(monkeypatch, capsys, "generate", *args)
+    code, out, err = run_cli("generate", *args)
     assert code == 2, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("polyspec: error:"), err

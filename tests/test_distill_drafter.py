@@ -194,9 +194,7 @@ def home(tmp_path, monkeypatch):
     return tmp_path / "home"
 
 
-def test_cli_init_writes_the_languages_baseline_and_the_bench_finds_it(
-    monkeypatch, capsys, home, verifier, verifier_dir
-):
+def test_cli_init_writes_the_languages_baseline_and_the_bench_finds_it(home, verifier, verifier_dir):
     from polyspec.bench.grid import BenchConfig
     from polyspec.bench.runner import BenchRunner
     from polyspec.distill.store import bench_drafter_dir
@@ -208,14 +206,14 @@ def test_cli_init_writes_the_languages_baseline_and_the_bench_finds_it(
     with pytest.raises(UserError, match="polyspec distill train --language tst --data translation"):
         runner.drafter("distill-task", language)
     args = ["distill", "init", "--verifier", str(verifier_dir), "--language", "tst", "--layers", "2"]
-    code, out, err = run_cli(monkeypatch, capsys, *args, "--vocab-top", "30", "--json")
+    code, out, err = run_cli(*args, "--vocab-top", "30", "--json")
     assert code == 0, err
     record = json.loads(out)
     assert record["kept"] == 30 and record["vocab_sources"] == ["language:tst", "language:eng"]
     assert bench_drafter_dir("draft-baseline", language) == home / "distill" / "tst" / "baseline"
     drafter = runner.drafter("draft-baseline", language).lm.model
     assert drafter.config.num_hidden_layers == 2 and reduced_head(drafter).kept_ids.numel() == 30
-    code, out, _ = run_cli(monkeypatch, capsys, "distill", "info", str(home / "distill" / "tst" / "baseline"))
+    code, out, _ = run_cli("distill", "info", str(home / "distill" / "tst" / "baseline"))
     assert code == 0 and json.loads(out)["layers"] == 2
-    code, _, err = run_cli(monkeypatch, capsys, "distill", "init", "--verifier", str(verifier_dir))
+    code, _, err = run_cli("distill", "init", "--verifier", str(verifier_dir))
     assert code == 2 and err.count("\n") == 1 and "--out" in err

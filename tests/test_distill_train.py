@@ -200,20 +200,18 @@ def test_bad_training_settings_are_user_errors(verifier_dir, drafter_dir, langua
         teacher.translation_items(languages.get_language("tst"), None)
 
 
-def test_cli_train_writes_the_languages_task_drafter(
-    monkeypatch, capsys, verifier_dir, drafter_dir, language, tmp_path
-):
+def test_cli_train_writes_the_languages_task_drafter(verifier_dir, drafter_dir, language, tmp_path):
     args = ["distill", "train", "--verifier", str(verifier_dir), "--language", "tst", "--data", "translation"]
-    code, _, err = run_cli(monkeypatch, capsys, *args, "--steps", "2")
+    code, _, err = run_cli(*args, "--steps", "2")
     assert code == 2 and "polyspec distill init --language tst" in err  # no baseline yet
     options = ["--drafter", str(drafter_dir), "--parallel", str(language), "--steps", "3", "--batch-size", "2"]
     options += ["--max-new-tokens", "4", "--samples", "1", "--dtype", "float32", "--mixed-precision", "no"]
     options += ["--no-progress", "--json"]
-    code, out, err = run_cli(monkeypatch, capsys, *args, *options)
+    code, out, err = run_cli(*args, *options)
     assert code == 0, err
     report = json.loads(out)
     task = tmp_path / "home" / "distill" / "tst" / "task"
     assert report["out"] == str(task) and report["steps"] == 3 and not report["cache_hit"]
     assert read_meta(task).training[0]["data"]["kind"] == "translation"
-    code, out, _ = run_cli(monkeypatch, capsys, *args, *options)
+    code, out, _ = run_cli(*args, *options)
     assert code == 0 and json.loads(out)["cache_hit"]  # the verifier's outputs came from the cache

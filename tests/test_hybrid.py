@@ -9,7 +9,7 @@ import random
 
 import pytest
 import torch
-from fixtures import chi_square_pvalue, exact_joint, hf_greedy, random_prompts, tiny_qwen35
+from fixtures import chi_square_pvalue, exact_joint, hf_greedy, random_prompts, run_cli, tiny_qwen35
 
 from polyspec.cached_lm import CachedLM
 from polyspec.decoding import Decoder
@@ -266,14 +266,9 @@ def test_other_recurrent_layers_roll_back_by_snapshot_and_refeed():
         CachedLM(model, rollback="states")
 
 
-def test_generate_cli_is_lossless_on_saved_hybrid_models(
-    tmp_path, monkeypatch, capsys, tokenizer, verifier, draft_model
-):
+def test_generate_cli_is_lossless_on_saved_hybrid_models(tmp_path, tokenizer, verifier, draft_model):
     """Through the command line's contract, as a user with Qwen3.5 checkpoints on disk runs it."""
     import json
-    import sys
-
-    from polyspec.cli import main
 
     verifier.model.save_pretrained(tmp_path / "verifier")
     tokenizer.save_pretrained(tmp_path / "verifier")
@@ -285,7 +280,7 @@ def test_generate_cli_is_lossless_on_saved_hybrid_models(
     for drafter in ("none", "prompt-lookup", f"model:{tmp_path / 'draft'}"):
         args = ["generate", "--verifier", str(tmp_path / "verifier"), "--drafter", drafter, "--gamma", "3"]
         args += ["--prompt", prompt, "--max-new-tokens", "20", "--dtype", "float32", "--json"]
-        monkeypatch.setattr(sys, "argv", ["polyspec", *args])
-        main()
-        result = json.loads(capsys.readouterr().out)
+        code, out, err = run_cli(*args)
+        assert code == 0, err
+        result = json.loads(out)
         assert result["token_ids"] == expected, drafter

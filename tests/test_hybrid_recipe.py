@@ -81,15 +81,15 @@ def test_dry_run_runs_every_configuration_into_the_benchmarks_records(tmp_path, 
     assert "model:Qwen/Qwen3.5-0.8B" in report and "## story, sample" in report
 
 
-def test_recipe_and_dry_run_on_the_command_line(tmp_path, monkeypatch, capsys):
+def test_recipe_and_dry_run_on_the_command_line(tmp_path, monkeypatch):
     monkeypatch.setenv("POLYSPEC_HOME", str(tmp_path / "home"))
     out = tmp_path / "cli"
     args = ["bench", "--recipe", "study", "--dry-run", "--languages", "yor", "--limit", "1", "--modes", "greedy"]
-    code, _, err = run_cli(monkeypatch, capsys, *args, "--gammas", "2", "--out", str(out))
+    code, _, err = run_cli(*args, "--gammas", "2", "--out", str(out))
     assert code == 0, err
     assert {r["gamma"] for r in read_records(out / "results.jsonl")} == {0, 2} and (out / "report.md").is_file()
     for bad in (["--recipe", "study", "--dry-run", "--languages", "xx"], ["--recipe", "study", "--modes", "beam"]):
-        code, _, err = run_cli(monkeypatch, capsys, "bench", *bad, "--out", str(tmp_path / "bad"))
+        code, _, err = run_cli("bench", *bad, "--out", str(tmp_path / "bad"))
         assert code == 2 and len(err.strip().splitlines()) == 1, err
 
 

@@ -46,9 +46,8 @@ def edit_config(path, **changes):
     (path / "config.json").write_text(json.dumps(config))
 
 
-def refused(monkeypatch, capsys, verifier, drafter="none") -> str:
-    code, out, err = run_cli(
-        monkeypatch, capsys, "generate", "--verifier", str(verifier), "--drafter", drafter,
+def refused(verifier, drafter="none") -> str:
+    code, out, err = run_cli("generate", "--verifier", str(verifier), "--drafter", drafter,
         "--prompt", "w5 w6 w7", "--max-new-tokens", "4", "--dtype", "float32",
     )  # fmt: skip
     lines = err.strip().splitlines()
@@ -58,55 +57,55 @@ def refused(monkeypatch, capsys, verifier, drafter="none") -> str:
     return lines[0]
 
 
-def test_missing_config(good, tmp_path, monkeypatch, capsys):
+def test_missing_config(good, tmp_path):
     path = copy_of(good, tmp_path)
     (path / "config.json").unlink()
-    assert "has no config.json" in refused(monkeypatch, capsys, path)
+    assert "has no config.json" in refused(path)
 
 
-def test_config_that_does_not_parse(good, tmp_path, monkeypatch, capsys):
+def test_config_that_does_not_parse(good, tmp_path):
     path = copy_of(good, tmp_path)
     (path / "config.json").write_text("{not json")
-    assert "not a valid JSON file" in refused(monkeypatch, capsys, path)
+    assert "not a valid JSON file" in refused(path)
 
 
-def test_missing_and_corrupt_weights(good, tmp_path, monkeypatch, capsys):
+def test_missing_and_corrupt_weights(good, tmp_path):
     path = copy_of(good, tmp_path)
     weights = list(path.glob("*.safetensors"))
     for file in weights:
         file.write_bytes(b"not a safetensors file")
-    assert "cannot load model" in refused(monkeypatch, capsys, path)
+    assert "cannot load model" in refused(path)
     for file in weights:
         file.unlink()
-    assert "model.safetensors" in refused(monkeypatch, capsys, path)
+    assert "model.safetensors" in refused(path)
 
 
 @pytest.mark.parametrize("change", [{"hidden_size": 64}, {"vocab_size": 32}], ids=["hidden", "vocab"])
-def test_weights_of_another_shape(good, tmp_path, monkeypatch, capsys, change):
+def test_weights_of_another_shape(good, tmp_path, change):
     path = copy_of(good, tmp_path)
     edit_config(path, **change)
-    line = refused(monkeypatch, capsys, path)
+    line = refused(path)
     assert "do not fit its config.json" in line and "the config makes it" in line
 
 
-def test_drafter_with_weights_of_another_shape(good, tmp_path, monkeypatch, capsys):
+def test_drafter_with_weights_of_another_shape(good, tmp_path):
     draft = copy_of(good, tmp_path, "draft")
     edit_config(draft, hidden_size=64)
-    assert "do not fit its config.json" in refused(monkeypatch, capsys, good, f"model:{draft}")
+    assert "do not fit its config.json" in refused(good, f"model:{draft}")
 
 
-def test_tokenizer_with_more_tokens_than_the_model(good, tmp_path, monkeypatch, capsys):
+def test_tokenizer_with_more_tokens_than_the_model(good, tmp_path):
     path = copy_of(good, tmp_path)
     word_tokenizer(200).save_pretrained(path)
-    assert "204 tokens but the model's embedding only 64 rows" in refused(monkeypatch, capsys, path)
+    assert "204 tokens but the model's embedding only 64 rows" in refused(path)
 
 
-def test_tokenizer_without_the_models_special_tokens(tmp_path, monkeypatch, capsys):
+def test_tokenizer_without_the_models_special_tokens(tmp_path):
     """A model with a 128-row embedding whose end-of-sequence token is id 100, shipped with a
     64-token tokenizer: id 100 is no token of it."""
     model = tiny_models.tiny_model("llama", overrides={"vocab_size": 128, "eos_token_id": 100})
     path = save(model, build_tokenizer(), tmp_path / "model")
-    line = refused(monkeypatch, capsys, path)
+    line = refused(path)
     assert "names token 100 as its eos token" in line and "64 tokens" in line
     with pytest.raises(UserError, match="not this model's tokenizer"):
         LoadedModel.load(str(path), dtype="float32")

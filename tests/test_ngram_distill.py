@@ -104,13 +104,13 @@ def _distill_args(verifier_dir, tmp_path, *more: str) -> list[str]:
             "--order", "2", "--no-progress", "--dtype", "float32", *more]  # fmt: skip
 
 
-def test_distill_command_on_an_explicit_cpu_device(monkeypatch, capsys, verifier_dir, tmp_path):
+def test_distill_command_on_an_explicit_cpu_device(verifier_dir, tmp_path):
     from fixtures import run_cli
 
     from polyspec.ngram import load
 
     args = _distill_args(verifier_dir, tmp_path, "--device", "cpu", "--threads", "1", "--json")
-    code, out, err = run_cli(monkeypatch, capsys, *args)
+    code, out, err = run_cli(*args)
     assert code == 0, err
     report = json.loads(out)
     meta = load(tmp_path / "d.ngram").metadata
@@ -128,7 +128,7 @@ def test_distill_command_on_an_explicit_cpu_device(monkeypatch, capsys, verifier
     ],
 )
 def test_a_missing_or_unknown_device_is_one_line_before_anything_loads(
-    monkeypatch, capsys, verifier_dir, tmp_path, device, message
+    monkeypatch, verifier_dir, tmp_path, device, message
 ):
     from fixtures import run_cli
 
@@ -139,7 +139,7 @@ def test_a_missing_or_unknown_device_is_one_line_before_anything_loads(
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(polyspec.specs, "load_model", no_loading)
-    code, out, err = run_cli(monkeypatch, capsys, *_distill_args(verifier_dir, tmp_path, "--device", device))
+    code, out, err = run_cli(*_distill_args(verifier_dir, tmp_path, "--device", device))
     assert (code, out, err.strip()) == (2, "", message)
 
 

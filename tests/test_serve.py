@@ -337,10 +337,10 @@ def test_a_client_that_leaves_mid_stream_frees_the_worker(slow_server):
     assert metric(url, "queue_depth") == 0 and metric(url, "requests_running") == 0
 
 
-def test_serve_command_refuses_bad_options(monkeypatch, capsys):
-    code, _, err = run_cli(monkeypatch, capsys, "serve", "--drafter", "bogus")
+def test_serve_command_refuses_bad_options():
+    code, _, err = run_cli("serve", "--drafter", "bogus")
     assert code == 2 and "unknown drafter" in err
-    code, _, err = run_cli(monkeypatch, capsys, "serve", "--gamma", "0")
+    code, _, err = run_cli("serve", "--gamma", "0")
     assert code == 2 and "gamma" in err
-    code, _, err = run_cli(monkeypatch, capsys, "serve", "--port", "70000")
+    code, _, err = run_cli("serve", "--port", "70000")
     assert code == 2 and "port" in err

@@ -107,7 +107,7 @@ def test_rollback_is_exact(family):
 
 
 @pytest.mark.slow
-def test_generate_cli_on_a_model_with_no_attention_layer(tmp_path, monkeypatch, capsys, tokenizer):
+def test_generate_cli_on_a_model_with_no_attention_layer(tmp_path, tokenizer):
     """All-linear Qwen3.5, saved and run through the command line with a drafter of the same
     architecture (transformers' own cache cannot tell such a cache's length)."""
     model = tiny_models.tiny_model("qwen3_5_text", seed=0, overrides=ALL_LINEAR)
@@ -116,8 +116,7 @@ def test_generate_cli_on_a_model_with_no_attention_layer(tmp_path, monkeypatch, 
     prompt = "w5 w6 w7 w5 w6 w7 w5"
     expected = greedy(model, tokenizer(prompt)["input_ids"], 12)
     for drafter in ("prompt-lookup", f"model:{draft_dir}"):
-        code, out, err = run_cli(
-            monkeypatch, capsys, "generate", "--verifier", str(verifier_dir), "--drafter", drafter,
+        code, out, err = run_cli("generate", "--verifier", str(verifier_dir), "--drafter", drafter,
             "--gamma", "3", "--prompt", prompt, "--max-new-tokens", "12", "--dtype", "float32", "--json",
         )  # fmt: skip
         assert code == 0, err

@@ -413,22 +413,22 @@ def test_tokens_the_verifier_cannot_emit_are_never_drafted(verifier):
 # ---------------------------------------------------------------- the command line
 
 
-def test_cli_build_and_stats(monkeypatch, capsys, tokenizer_dir, tmp_path):
+def test_cli_build_and_stats(tokenizer_dir, tmp_path):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("\n".join(json.dumps({"body": f"w1 w2 w{i}"}) for i in range(5)) + "\n", encoding="utf-8")
     out = tmp_path / "c.suffix"
     args = ("suffix", "build", "--tokenizer", str(tokenizer_dir), "--out", str(out), "--corpus", str(corpus))
-    code, stdout, stderr = run_cli(monkeypatch, capsys, *args, "--text-field", "body", "--no-progress", "--json")
+    code, stdout, stderr = run_cli(*args, "--text-field", "body", "--no-progress", "--json")
     assert code == 0, stderr
     report = json.loads(stdout)
     assert (report["tokens"], report["documents"]) == (15, 5)
-    code, stdout, stderr = run_cli(monkeypatch, capsys, "suffix", "stats", str(out), "--json")
+    code, stdout, stderr = run_cli("suffix", "stats", str(out), "--json")
     assert code == 0, stderr
     info = json.loads(stdout)
     assert (info["tokens"], info["documents"], info["file_size"]) == (15, 5, out.stat().st_size)
     assert info["metadata"]["corpus"][0]["file"] == str(corpus)
     assert len(info["metadata"]["corpus"][0]["sha256"]) == 64
-    code, stdout, _ = run_cli(monkeypatch, capsys, "suffix", "stats", str(out))
+    code, stdout, _ = run_cli("suffix", "stats", str(out))
     assert code == 0 and "15 tokens in 5 documents" in stdout
 
 
@@ -436,7 +436,7 @@ def test_cli_build_and_stats(monkeypatch, capsys, tokenizer_dir, tmp_path):
     "case",
     ["missing corpus", "no such output dir", "bad jsonl", "empty corpus", "stats on a text file", "stats missing"],
 )
-def test_cli_bad_inputs_exit_2(monkeypatch, capsys, tokenizer_dir, tmp_path, case):
+def test_cli_bad_inputs_exit_2(tokenizer_dir, tmp_path, case):
     good = tmp_path / "good.txt"
     good.write_text("w1 w2\n", encoding="utf-8")
     (tmp_path / "bad.jsonl").write_text("{not json\n", encoding="utf-8")
@@ -450,7 +450,7 @@ def test_cli_bad_inputs_exit_2(monkeypatch, capsys, tokenizer_dir, tmp_path, cas
         "stats on a text file": ["suffix", "stats", str(good)],
         "stats missing": ["suffix", "stats", str(tmp_path / "absent.suffix")],
     }[case]
-    code, _, stderr = run_cli(monkeypatch, capsys, *args)
+    code, _, stderr = run_cli(*args)
     assert code == 2
     assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o.suffix").exists()

@@ -444,9 +444,7 @@ def test_greedy_tree_decoding_equals_transformers_for_every_drafter(verifier, dr
 
 
 @pytest.mark.parametrize("family", ["gemma", "llama"])
-def test_generate_with_trees_equals_transformers(
-    monkeypatch, capsys, tmp_path, tokenizer, draft_dir, ngram_path, family
-):
+def test_generate_with_trees_equals_transformers(monkeypatch, tmp_path, tokenizer, draft_dir, ngram_path, family):
     monkeypatch.setenv("POLYSPEC_HOME", str(tmp_path / "home"))  # the adaptive drafter's measured costs
     model = tiny_gemma(seed=11) if family == "gemma" else tiny_llama(seed=11)
     path = save(model, tokenizer, tmp_path / family)
@@ -461,8 +459,7 @@ def test_generate_with_trees_equals_transformers(
         f"adaptive:prompt-lookup;ngram:{ngram_path}+context;model:{draft_dir}",
     ]
     for spec, (gamma, budget) in itertools.product(specs, [(3, 8), (4, 16)]):
-        code, out, err = run_cli(
-            monkeypatch, capsys, "generate", "--verifier", str(path), "--drafter", spec, "--gamma", str(gamma),
+        code, out, err = run_cli("generate", "--verifier", str(path), "--drafter", spec, "--gamma", str(gamma),
             "--tree", str(budget), "--prompt", prompt, "--max-new-tokens", "30", "--dtype", "float32", "--json",
         )  # fmt: skip
         assert code == 0, err
@@ -474,9 +471,8 @@ def test_generate_with_trees_equals_transformers(
             assert stats["accepted"] > 0 and stats["nodes_verified"] > stats["verifier_calls"] + stats["accepted"]
 
 
-def test_tree_settings_are_user_errors(monkeypatch, capsys, verifier_dir, verifier):
-    code, _, err = run_cli(
-        monkeypatch, capsys, "generate", "--verifier", str(verifier_dir), "--drafter", "prompt-lookup",
+def test_tree_settings_are_user_errors(verifier_dir, verifier):
+    code, _, err = run_cli("generate", "--verifier", str(verifier_dir), "--drafter", "prompt-lookup",
         "--gamma", "4", "--tree", "3", "--prompt", "w5 w6", "--dtype", "float32",
     )  # fmt: skip
     assert code == 2 and "--tree >= 4" in err and len(err.strip().splitlines()) == 1
@@ -508,17 +504,17 @@ def test_hybrid_models_verify_chains_only(tokenizer):
     assert len(Decoder(hybrid).generate([2, 5, 6], PromptLookupDrafter(), gamma=3, max_new_tokens=5).token_ids) == 5
 
 
-def test_adaptive_trees_on_a_hybrid_model_are_a_user_error_and_chains_work(monkeypatch, capsys, tmp_path, tokenizer):
+def test_adaptive_trees_on_a_hybrid_model_are_a_user_error_and_chains_work(monkeypatch, tmp_path, tokenizer):
     from fixtures import tiny_qwen35
 
     monkeypatch.setenv("POLYSPEC_HOME", str(tmp_path / "home"))
     path = save(tiny_qwen35(seed=3), tokenizer, tmp_path / "qwen3.5")
     args = ["generate", "--verifier", str(path), "--drafter", "adaptive:prompt-lookup", "--gamma", "3",
             "--prompt", "w5 w6 w5 w6", "--max-new-tokens", "6", "--dtype", "float32", "--json"]  # fmt: skip
-    code, _, err = run_cli(monkeypatch, capsys, *args, "--tree", "8")
+    code, _, err = run_cli(*args, "--tree", "8")
     assert code == 2 and "chains only" in err and "drop --tree" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "home" / "verify-costs").exists()  # refused before the drafter measured anything
-    code, out, err = run_cli(monkeypatch, capsys, *args)
+    code, out, err = run_cli(*args)
     assert code == 0, err
     assert len(json.loads(out)["token_ids"]) == 6
 
