@@ -216,7 +216,8 @@ def test_distilled_ngrams_are_sampled_once_per_verifier_and_settings(verifier, l
     assert isinstance(plain, NGramDrafter) and not plain.options.use_context and context.options.use_context
     path = runner.ngram_path("ngram-distill", language)
     assert plain.model.order == config.ngram_order and path.name.startswith("tst-distill-o4-")
-    log = path.parent / f"tst-distill-{runner.distilled.samples_key(language)}.samples" / "samples.jsonl"
+    log = runner.distilled.samples_dir(language) / "samples.jsonl"
+    assert log.parent.parent == path.parent and log.parent.name.startswith("tst-distill-")
     assert sum(len(json.loads(line)["ids"]) for line in log.read_text().splitlines()) >= 40
     source = runner.source("ngram-distill", language)
     assert source["sha256"] == sha256(path) and source == runner.source("ngram-distill+context", language)

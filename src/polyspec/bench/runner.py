@@ -175,6 +175,9 @@ class DistilledNGrams:
         }
         return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
+    def samples_dir(self, language) -> Path:
+        return self.cache_dir / f"{language.code}-distill-{self.samples_key(language)}.samples"
+
     def key(self, language, order: int) -> str:
         material = [self.samples_key(language), str(order), str(DISTILL_CORPUS_WEIGHT), *corpus_documents(language)]
         return hashlib.sha256("\n".join(material).encode()).hexdigest()[:16]
@@ -186,7 +189,7 @@ class DistilledNGrams:
         if model.exists():
             return model
         self.cache_dir.mkdir(parents=True, exist_ok=True)
-        samples = self.cache_dir / f"{language.code}-distill-{self.samples_key(language)}.samples"
+        samples = self.samples_dir(language)
         description = f"{language.code}: n-gram from the verifier's samples"
         with distill_progress(self.show_progress, description, self.settings.tokens) as advance:
             distill_ngram(
@@ -236,6 +239,7 @@ class BenchRunner:
         self.load = load or (lambda name: load_model(name, dtype=verifier.dtype_name, device=str(verifier.device)))
         self._drafters: dict[tuple[str, str], object] = {}
         self._sources: dict[tuple[str, str], dict | None] = {}
+        self._ngram_paths: dict[tuple[bool, int, str], Path] = {}
         self.meta = {
             "version": __version__,
             "commit": git_commit(),
@@ -247,11 +251,15 @@ class BenchRunner:
     # ------------------------------------------------------------ drafters
 
     def ngram_path(self, name: str, language) -> Path:
-        """The model file of one of the benchmark's n-gram drafters (trained or distilled once)."""
-        if name in DISTILLED_NGRAM_DRAFTERS:
-            return self.distilled.path(language, self.config.ngram_order)
-        order, _ = NGRAM_DRAFTERS[name]
-        return self.ngrams.path(language, order or self.config.ngram_order)
+        """The model file of one of the benchmark's n-gram drafters (trained or distilled once),
+        worked out once per run: finding it reads and hashes the language's corpus split."""
+        distilled = name in DISTILLED_NGRAM_DRAFTERS
+        order = self.config.ngram_order if distilled else NGRAM_DRAFTERS[name][0] or self.config.ngram_order
+        key = (distilled, order, language.code)
+        if key not in self._ngram_paths:
+            models = self.distilled if distilled else self.ngrams
+            self._ngram_paths[key] = models.path(language, order)
+        return self._ngram_paths[key]
 
     def build_drafter(self, name: str, language):
         """One of the benchmark's drafters for `language`, or the user's drafter spec."""
