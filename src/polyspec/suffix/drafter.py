@@ -4,7 +4,8 @@ Each step matches the longest suffix of the text (up to `max_match` tokens) that
 indexed corpus with a token after it, and counts what follows its occurrences (at most
 `max_occurrences` of them, evenly spaced). With `+context` the prompt and accepted output are
 matched too, through the n-gram drafter's live cache (contexts of up to context_order - 1
-tokens); the longer match wins, then the more confident one, then the live one.
+tokens); the live match wins unless the corpus matched longer than the live cache can reach
+(the text repeating itself predicts better than a corpus that shares a long stretch with it).
 
 Greedy verification: each step proposes the most frequent continuation (ties: the smaller id).
 Sampling verification: each step draws from the continuation counts and returns those rows as
@@ -127,14 +128,17 @@ class SuffixDrafter:
 
     def _choose(self, match, live: list[int], bound: int):
         """The next token's source, ('corpus', prediction), ('live', cache entry) or None, and
-        the bound for the next call. The longer match wins, then the more confident one, then
-        the live one. `bound` caps the live match's length: a live match of L + 1 tokens after
-        a token holds one of L tokens before it, so each token raises the cap by one at most."""
+        the bound for the next call. A live match wins unless the corpus match is longer, its
+        length counted up to the live cache's reach, so a long corpus match does not outrank a
+        live one that matched all it could. `bound` caps the live match's length: a
+        live match of L + 1 tokens after a token holds one of L tokens before it, so each token
+        raises the cap by one at most."""
         found = self._prediction(match)
         if self.cache is None:
             return (None if found is None else ("corpus", found)), 0
         table = self.cache.table
-        shortest = match.length if found is not None else 1  # a shorter live match loses anyway
+        # The shortest live match that wins: one as long as the corpus match, or as the cache reaches.
+        shortest = min(match.length, self.cache.max_context) if found is not None else 1
         length = upper = min(bound, len(live))
         while length >= shortest:
             entry = table.get(tuple(live[-length:]))
@@ -143,9 +147,7 @@ class SuffixDrafter:
             length -= 1
         else:
             return (None if found is None else ("corpus", found)), min(upper, shortest - 1) + 1
-        if found is None or length > match.length or (length == match.length and entry[1] / entry[2] >= found[-1]):
-            return ("live", entry), length + 1
-        return ("corpus", found), length + 1
+        return ("live", entry), length + 1
 
     # ---------------------------------------------------------------- drafting
 
