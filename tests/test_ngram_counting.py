@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from polyspec.ngram import MAX_ORDER
-from polyspec.ngram.counting import ChunkMerger, _distinct, count_chunk
+from polyspec.ngram.counting import ChunkMerger, _distinct, count_chunk, count_rows
 from polyspec.ngram.trie import merge, prune
 
 
@@ -61,6 +61,45 @@ def test_streamed_chunks_merge_to_the_same_counts(order, chunk_documents):
     streamed = count_streamed(documents, order, 50, chunk_documents)
     assert streamed.to_dict() == dict(brute_force(documents, order))
     assert streamed.num_tokens == sum(map(len, documents))
+
+
+def rows_of(documents: list[list[int]], order: int) -> np.ndarray:
+    """One row per position: the order - 1 tokens before it (-1 before the start) and it."""
+    rows = [([-1] * (order - 1) + d)[i : i + order] for d in documents for i in range(len(d))]
+    return np.array(rows, dtype=np.int64).reshape(-1, order)
+
+
+@pytest.mark.parametrize("order", [1, 2, 4, 6])
+def test_rows_of_a_text_count_as_the_text_does(order):
+    documents = random_documents(3, 40, count=30)
+    rows = rows_of(documents, order)
+    trie = count_rows(rows, np.ones(len(rows), dtype=np.int64), 40)
+    expected = count_chunk(*as_arrays(documents), order, 40)
+    assert trie.to_dict() == expected.to_dict()
+    for ours, theirs in zip(trie.levels, expected.levels, strict=True):  # the same layout, too
+        assert np.array_equal(ours.parents, theirs.parents) and np.array_equal(ours.tokens, theirs.tokens)
+
+
+def test_weighted_rows_sum_their_weights_at_every_order():
+    rng = np.random.default_rng(0)
+    documents = random_documents(8, 30, count=20)
+    text = rows_of(documents, 3)
+    # Extra rows end in other tokens after the text's own contexts, as candidates do.
+    extra = text.copy()
+    extra[:, -1] = rng.integers(0, 30, size=len(extra))
+    rows = np.concatenate([text, extra])
+    weights = rng.integers(1, 9, size=len(rows))
+    expected: Counter = Counter()
+    for row, weight in zip(rows.tolist(), weights.tolist(), strict=True):
+        for n in range(1, 4):
+            if row[3 - n] >= 0:
+                expected[tuple(row[3 - n :])] += weight
+    assert count_rows(rows, weights, 30).to_dict() == dict(expected)
+
+
+def test_a_row_whose_prefix_ends_no_row_is_rejected():
+    with pytest.raises(ValueError, match="prefix"):
+        count_rows(np.array([[3, 4]]), np.array([1]), 10)  # (3,) ends no row
 
 
 def test_ngrams_never_span_documents():

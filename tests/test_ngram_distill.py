@@ -32,7 +32,9 @@ def test_batched_sampling_of_unequal_prompts_equals_single_sequence_decoding(ver
     prompts = [[2, 5, 9, 11], [2, 7], [2, 8, 8, 8, 8, 8, 30, 31, 40]]
     outputs = sample_batch(verifier, prompts, settings, seed=0, eos=frozenset())
     for prompt, output in zip(prompts, outputs, strict=True):
-        assert output == hf_greedy(verifier.model, prompt, 12)
+        assert output.ids == hf_greedy(verifier.model, prompt, 12)
+        # top-k 1 leaves one candidate at each position, the token drawn, with all the mass
+        assert output.top_ids == [[token] for token in output.ids] and output.top_probs == [[1.0]] * 12
 
 
 def test_seed_prompts_avoid_the_benchmark_topics(language):
@@ -164,3 +166,44 @@ def test_the_command_and_the_benchmark_sample_the_same_default_number_of_tokens(
     command_default = inspect.signature(distill).parameters["tokens"].default
     bench_default = BenchConfig.__dataclass_fields__["distill_tokens"].default
     assert command_default == bench_default == SelfCorpusSettings().tokens
+
+
+def test_soft_counts_hold_the_verifier_probabilities_of_a_context_seen_once():
+    from polyspec.ngram_distill import SAMPLE_UNIT, sample_counts
+
+    share = SAMPLE_UNIT - 1
+    # One sample 5 6: the verifier gave 6 and 7 half each after 5, so 6 counts 1 + share / 2.
+    sample = {"ids": [5, 6], "top_ids": [[5], [6, 7]], "top_probs": [[1.0], [0.5, 0.5]]}
+    counts = sample_counts([sample], 2, 10, stop=frozenset()).to_dict()
+    assert counts[(5, 7)] == round(share / 2) and counts[(5, 6)] == 1 + round(share / 2)
+    assert counts[(5,)] == 1 + share and counts[(7,)] == round(share / 2)
+    # A log that kept no candidates counts each drawn token a whole unit; a stop token ends it.
+    old = sample_counts([{"ids": [5, 6, 1, 4]}], 2, 10, stop=frozenset([1])).to_dict()
+    assert old == {(5,): SAMPLE_UNIT, (6,): SAMPLE_UNIT, (5, 6): SAMPLE_UNIT}
+
+
+def test_the_distilled_model_drafts_what_the_verifier_found_most_probable(verifier, language, tmp_path):
+    from polyspec.ngram import load
+    from polyspec.ngram_distill import SAMPLE_UNIT, _eos_ids
+
+    out = tmp_path / "d.ngram"
+    sharp = SamplingConfig(temperature=0.3)  # the tiny random verifier is nearly uniform at 1
+    distill_ngram(verifier, language, 2, out, SelfCorpusSettings(tokens=40, batch=2, sample_tokens=10, sampling=sharp))
+    samples = Shards(out.with_name("d.ngram.samples")).read()
+    model = load(out)
+    stop = _eos_ids(verifier)
+    seen: dict[int, list] = {}
+    for sample in samples:
+        ids = sample["ids"]
+        end = next((i for i, t in enumerate(ids) if t in stop), len(ids))  # counting ends there
+        for i in range(1, end):
+            seen.setdefault(sample["ids"][i - 1], []).append((sample["top_ids"][i], sample["top_probs"][i]))
+    # Where a token was followed once and the verifier's top candidate led by more than the
+    # token drawn (counting once) and rounding can make up, that candidate is the best draft.
+    clear = 3 / (SAMPLE_UNIT - 1)
+    checked = 0
+    for context, [(ids, probs)] in ((c, tops) for c, tops in seen.items() if len(tops) == 1):
+        if len(probs) == 1 or probs[0] - probs[1] > clear:
+            assert model.top([context], 1)[0].token_id == ids[0]
+            checked += 1
+    assert checked

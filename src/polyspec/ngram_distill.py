@@ -8,6 +8,13 @@ corpus. Seed prompts never touch what the benchmark evaluates:
 - continuations of openings of the language's corpus-split paragraphs;
 - translations of the corpus split's English paragraphs, where the split is aligned (UDHR).
 
+Each sampled position also keeps the verifier's `keep_top` most probable tokens there, with
+their probabilities after the sampling settings (the distribution it drew from; free: sampling
+computes it anyway). The n-gram counts those as fractions of an occurrence besides the token
+drawn, so a context seen once already holds the verifier's whole distribution there instead of
+one draw from it (soft counts, as a distilled neural drafter learns from the teacher's
+probabilities rather than from its samples).
+
 Samples are appended to shards (one JSON line per sample, fsynced), so an interrupted run
 resumes where it stopped; the prompt order and every batch's seed are fixed by `seed`, so a
 resumed run writes what an uninterrupted one would have.
@@ -26,12 +33,16 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from polyspec.errors import UserError
 from polyspec.files import append_lines, drop_torn_line, read_lines
 from polyspec.models import LoadedModel
+from polyspec.ngram.counting import count_rows
+from polyspec.ngram.trie import Trie, scaled
 from polyspec.sampling import STUDY_SAMPLING, LogitsProcessor, SamplingConfig
+from polyspec.vocabulary import fingerprint
 
 # None of these is a topic of the benchmark's story prompts (polyspec.tasks.STORY_TOPICS).
 DISTILL_TOPICS = (
@@ -44,8 +55,13 @@ DISTILL_TOPICS = (
 
 
 # Changes whenever `sample_batch` draws differently from the same seed, so that caches keyed by
-# the settings notice: 1 drew row by row, 2 draws every row of a step in one call.
-SAMPLER_VERSION = 2
+# the settings notice: 1 drew row by row, 2 draws every row of a step in one call, 3 also keeps
+# the verifier's top candidates at every position.
+SAMPLER_VERSION = 3
+
+# What one sampled position weighs in the counts: the token drawn counts once and its top
+# candidates share the rest by probability (a candidate below 1 / (SAMPLE_UNIT - 1) rounds away).
+SAMPLE_UNIT = 32
 
 
 @dataclass(frozen=True)
@@ -54,6 +70,7 @@ class SelfCorpusSettings:
     batch: int = 10
     sample_tokens: int = 64  # per sample
     seed: int = 0
+    keep_top: int = 8  # the verifier's candidates kept at each position, for soft counts
     sampling: SamplingConfig = field(default_factory=lambda: STUDY_SAMPLING)
 
 
@@ -100,11 +117,19 @@ class Shards:
         append_lines(self.path, samples)
 
 
+@dataclass
+class Sampled:
+    ids: list[int] = field(default_factory=list)
+    top_ids: list[list[int]] = field(default_factory=list)  # per position, most probable first
+    top_probs: list[list[float]] = field(default_factory=list)
+
+
 @torch.inference_mode()
 def sample_batch(
     verifier: LoadedModel, prompts: list[list[int]], settings: SelfCorpusSettings, seed: int, eos: frozenset[int]
-) -> list[list[int]]:
-    """Sample `settings.sample_tokens` tokens after each prompt, in one left-padded batch."""
+) -> list[Sampled]:
+    """Sample `settings.sample_tokens` tokens after each prompt, in one left-padded batch, with
+    the verifier's `settings.keep_top` most probable tokens at every position."""
     from transformers import DynamicCache
 
     device = verifier.device
@@ -115,7 +140,7 @@ def sample_batch(
     processor = LogitsProcessor(settings.sampling)
     generator = torch.Generator(device=device).manual_seed(seed)
     histories = [list(p) for p in prompts]
-    outputs: list[list[int]] = [[] for _ in prompts]
+    outputs = [Sampled() for _ in prompts]
     done = [False] * len(prompts)
     cache = DynamicCache(config=verifier.model.config)
     step_ids = input_ids
@@ -129,10 +154,16 @@ def sample_batch(
         # on the verifier's device; one transfer of the chosen ids per step.
         probs = processor.probs_after(logits, (), histories)
         drawn = torch.multinomial(probs, 1, generator=generator)
-        for row, token in enumerate(drawn[:, 0].tolist()):
+        top_probs, top_ids = probs.topk(min(settings.keep_top, probs.shape[-1]), dim=-1)
+        rows = zip(drawn[:, 0].tolist(), top_ids.tolist(), top_probs.tolist(), strict=True)
+        for row, (token, candidates, candidate_probs) in enumerate(rows):
             if not done[row]:
                 histories[row].append(token)
-                outputs[row].append(token)
+                out = outputs[row]
+                out.ids.append(token)
+                kept = [(c, round(p, 4)) for c, p in zip(candidates, candidate_probs, strict=True) if p >= 1e-4]
+                out.top_ids.append([c for c, _ in kept])
+                out.top_probs.append([p for _, p in kept])
                 done[row] = token in eos
         if all(done):
             break
@@ -168,14 +199,16 @@ def generate_corpus(
             {
                 "prompt": i,
                 "kind": prompts[i][0],
-                "ids": out,
+                "ids": out.ids,
+                "top_ids": out.top_ids,
+                "top_probs": out.top_probs,
                 "seconds": round(share, 4),
                 "cpu_seconds": round(cpu_share, 4),
             }
             for i, out in zip(picks, outputs, strict=True)
         ]
         shards.append(samples)
-        total += sum(len(out) for out in outputs)
+        total += sum(len(out.ids) for out in outputs)
         batch_index += 1
         yield total
 
@@ -227,9 +260,8 @@ def distill_ngram(
         if on_progress is not None:
             on_progress(min(total, settings.tokens))
     samples = Shards(work).read()
-    decode = verifier.tokenizer.decode
-    texts = [decode(s["ids"], skip_special_tokens=True) for s in samples]
-    documents = texts * mix_weight + list(mix or []) * corpus_weight
+    vocab_size = fingerprint(verifier.tokenizer).vocab_size
+    counted = scaled(sample_counts(samples, order, vocab_size, _eos_ids(verifier)), mix_weight)
     prompts = seed_prompts(language, extra_prompts)
     kinds: dict[str, int] = {}
     for kind, _ in prompts:
@@ -241,6 +273,8 @@ def distill_ngram(
         "language": language.code,
         "sampled_tokens": str(sum(len(s["ids"]) for s in samples)),
         "samples": str(len(samples)),
+        "samples_sha256": samples_fingerprint(samples),
+        "sample_unit": str(SAMPLE_UNIT),
         "seed_prompts": str(len(prompts)),
         "seed_prompt_kinds": json.dumps(kinds, sort_keys=True),
         "seed_prompts_sha256": prompts_fingerprint(prompts),
@@ -251,4 +285,38 @@ def distill_ngram(
         "mix_corpus_weight": str(corpus_weight),
         **(metadata or {}),
     }
-    return train(verifier.tokenizer, documents, order=order, out=out, show_progress=False, metadata=recorded)
+    # A real document's n-gram weighs `corpus_weight` sampled tokens.
+    return train(
+        verifier.tokenizer, mix or [], order=order, out=out, show_progress=False, metadata=recorded,
+        weight=corpus_weight * SAMPLE_UNIT, counted=counted,
+    )  # fmt: skip
+
+
+def sample_counts(samples: list[dict], order: int, vocab_size: int, stop: frozenset[int]) -> Trie:
+    """The samples' n-grams, each position weighing SAMPLE_UNIT: the token drawn once, the
+    verifier's kept candidates the rest in proportion to their probabilities (all of it to the
+    token drawn in a log that kept none). A sample ends before a stop token or an id outside
+    the vocabulary."""
+    rows, weights = [], []
+    for sample in samples:
+        ids = sample["ids"]
+        end = next((i for i, t in enumerate(ids) if t in stop or t >= vocab_size), len(ids))
+        padded = [-1] * (order - 1) + ids[:end]
+        kept = "top_ids" in sample
+        top_ids, top_probs = (sample["top_ids"], sample["top_probs"]) if kept else ([[]] * end, [[]] * end)
+        for i in range(end):
+            context = padded[i : i + order - 1]
+            rows.append([*context, ids[i]])
+            weights.append(1 if kept else SAMPLE_UNIT)
+            for token, prob in zip(top_ids[i], top_probs[i], strict=True):
+                if (weight := round(prob * (SAMPLE_UNIT - 1))) and token < vocab_size:
+                    rows.append([*context, token])
+                    weights.append(weight)
+    trie = count_rows(np.array(rows, dtype=np.int64).reshape(-1, order), np.array(weights, dtype=np.int64), vocab_size)
+    trie.documents, trie.num_tokens = len(samples), sum(map(len, (s["ids"] for s in samples)))
+    return trie
+
+
+def samples_fingerprint(samples: list[dict]) -> str:
+    fields = [[s["ids"], s.get("top_ids"), s.get("top_probs")] for s in samples]
+    return hashlib.sha256(json.dumps(fields).encode("utf-8")).hexdigest()

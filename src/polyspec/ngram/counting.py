@@ -116,3 +116,35 @@ class ChunkMerger:
             total = merge(total, trie)
         self._stack = [(1, total)]
         return total
+
+
+def count_rows(rows: np.ndarray, weights: np.ndarray, vocab_size: int) -> Trie:
+    """Weighted n-grams given as rows: rows [m, order] int64, the tokens before an n-gram's
+    last token and then that token, -1 where the text had not started yet; level n sums the
+    weights of the last n tokens of every row that holds n tokens. Every (n-1)-token prefix of
+    a counted n-gram must itself end some row (the text's own n-grams do), else ValueError.
+
+    Whole n-grams as rows let a count be a fraction of an occurrence: the verifier's
+    probabilities of its candidates at one position, scaled to integers."""
+    rows = np.asarray(rows, dtype=np.int64)
+    weights = np.asarray(weights, dtype=np.int64)
+    order = rows.shape[1]
+    trie = empty_trie(order, vocab_size)
+    if len(rows) and int(rows.max()) >= vocab_size:
+        raise ValueError(f"token id {int(rows.max())} is outside the vocabulary of {vocab_size}")
+    previous = np.zeros((1, 0), dtype=np.int64)
+    for n in range(1, order + 1):
+        held = rows[:, order - n] >= 0
+        grams, inverse = np.unique(rows[held, order - n :], axis=0, return_inverse=True)
+        counts = np.bincount(inverse.reshape(-1), weights=weights[held], minlength=len(grams)).round().astype(np.int64)
+        if n == 1:
+            parents = np.zeros(len(grams), dtype=np.int64)
+        else:
+            # Both sorted lexicographically: each prefix's index among the known (n-1)-grams.
+            known, where = np.unique(np.concatenate([previous, grams[:, :-1]]), axis=0, return_inverse=True)
+            if len(known) != len(previous):
+                raise ValueError(f"an {n}-gram's prefix ends no row")
+            parents = where.reshape(-1)[len(previous) :]
+        trie.levels[n - 1] = Level(parents, grams[:, -1].astype(np.uint32), counts)
+        previous = grams
+    return trie

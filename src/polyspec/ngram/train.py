@@ -26,7 +26,7 @@ from polyspec.ngram.corpus import RecordFormat, corpus_files, read_documents
 from polyspec.ngram.counting import CHUNK_TOKENS, ChunkMerger, count_chunk
 from polyspec.ngram.storage import save
 from polyspec.ngram.tokenize import BatchEncoder, ChunkBuffer
-from polyspec.ngram.trie import prune
+from polyspec.ngram.trie import Trie, merge, prune, scaled
 from polyspec.vocabulary import fingerprint
 
 BATCH_DOCUMENTS = 4096  # documents handed to the tokenizer at once by `train`
@@ -118,14 +118,18 @@ def train(
     show_progress: bool = True,
     metadata: dict | None = None,
     chunk_tokens: int = CHUNK_TOKENS,
+    weight: int = 1,
+    counted: Trie | None = None,
 ) -> TrainReport:
     """Count the n-grams of `documents` (an iterable of strings, each one document; empty ones
     are skipped) in `tokenizer`'s tokens and write them to `out`. `metadata` (JSON-serialisable)
-    is stored in the file with the training text's hash."""
+    is stored in the file with the training text's hash. Each occurrence counts `weight` times;
+    `counted` (counts of the same order and vocabulary made elsewhere) is added to them."""
     out = Path(out)
     _check(tokenizer, order, min_count, out)
+    batches = document_batches(documents)
     with progress_bar(show_progress, None) as update:
-        return _train(tokenizer, document_batches(documents), order, out, min_count, metadata, chunk_tokens, update)
+        return _train(tokenizer, batches, order, out, min_count, metadata, chunk_tokens, update, weight, counted)
 
 
 def file_sha256(path: Path) -> str:
@@ -164,7 +168,9 @@ def train_files(
         return _train(tokenizer, batches, order, out, min_count, described, chunk_tokens, update)
 
 
-def _train(tokenizer, batches, order, out, min_count, metadata, chunk_tokens, update) -> TrainReport:
+def _train(
+    tokenizer, batches, order, out, min_count, metadata, chunk_tokens, update, weight=1, counted=None
+) -> TrainReport:
     began = time.perf_counter()
     vocabulary = fingerprint(tokenizer)
     encoder = BatchEncoder(tokenizer)
@@ -192,7 +198,10 @@ def _train(tokenizer, batches, order, out, min_count, metadata, chunk_tokens, up
     if len(buffer):
         count_buffer()
     t0 = time.perf_counter()
-    trie = prune(merger.result(), min_count)
+    trie = scaled(merger.result(), weight)
+    if counted is not None:
+        trie = merge(trie, counted)
+    trie = prune(trie, min_count)
     count_seconds += time.perf_counter() - t0
     if trie.num_tokens == 0:
         raise UserError("the corpus holds no text: nothing to count")

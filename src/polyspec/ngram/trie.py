@@ -113,6 +113,14 @@ def merge(a: Trie, b: Trie) -> Trie:
     )
 
 
+def scaled(trie: Trie, weight: int) -> Trie:
+    """The same n-grams, each count `weight` times."""
+    if weight == 1:
+        return trie
+    levels = [Level(level.parents, level.tokens, level.counts * weight) for level in trie.levels]
+    return Trie(trie.vocab_size, levels, trie.documents, trie.num_tokens, trie.min_count)
+
+
 def prune(trie: Trie, min_count: int) -> Trie:
     """Drop n-grams of order >= 2 seen fewer than min_count times (unigrams are all kept, so
     every token keeps its unigram count). A pruned n-gram's extensions are pruned with it."""
