@@ -20,7 +20,7 @@ resumes where it stopped; the prompt order and every batch's seed are fixed by `
 resumed run writes what an uninterrupted one would have.
 
 The verifier samples on its own device (`LoadedModel.device`: a GPU works as the CPU does, one
-transfer of the drawn ids per step); decoding the samples and counting them run on the CPU.
+transfer of the drawn ids and one of the top candidates per step); counting runs on the CPU.
 """
 
 from __future__ import annotations
@@ -151,7 +151,8 @@ def sample_batch(
             logits_to_keep=1,
         ).logits[:, -1]  # fmt: skip
         # Every row after its own history (the repetition penalty's context), drawn in one call
-        # on the verifier's device; one transfer of the chosen ids per step.
+        # on the verifier's device; per step, one transfer of the chosen ids and one of the
+        # top candidates.
         probs = processor.probs_after(logits, (), histories)
         drawn = torch.multinomial(probs, 1, generator=generator)
         top_probs, top_ids = probs.topk(min(settings.keep_top, probs.shape[-1]), dim=-1)
@@ -297,10 +298,11 @@ def sample_counts(samples: list[dict], order: int, vocab_size: int, stop: frozen
     verifier's kept candidates the rest in proportion to their probabilities (all of it to the
     token drawn in a log that kept none). A sample ends before a stop token or an id outside
     the vocabulary."""
-    rows, weights = [], []
+    rows, weights, counted = [], [], 0
     for sample in samples:
         ids = sample["ids"]
         end = next((i for i, t in enumerate(ids) if t in stop or t >= vocab_size), len(ids))
+        counted += end
         padded = [-1] * (order - 1) + ids[:end]
         kept = "top_ids" in sample
         top_ids, top_probs = (sample["top_ids"], sample["top_probs"]) if kept else ([[]] * end, [[]] * end)
@@ -313,7 +315,7 @@ def sample_counts(samples: list[dict], order: int, vocab_size: int, stop: frozen
                     rows.append([*context, token])
                     weights.append(weight)
     trie = count_rows(np.array(rows, dtype=np.int64).reshape(-1, order), np.array(weights, dtype=np.int64), vocab_size)
-    trie.documents, trie.num_tokens = len(samples), sum(map(len, (s["ids"] for s in samples)))
+    trie.documents, trie.num_tokens = len(samples), counted
     return trie
 
 
