@@ -39,10 +39,11 @@ from polyspec.files import write_atomic
 from polyspec.models import resolve_dtype
 from polyspec.ngram import load
 from polyspec.ngram.train import train
-from polyspec.ngram_distill import SelfCorpusSettings, Shards, generate_corpus
+from polyspec.ngram_distill import SAMPLE_UNIT, SelfCorpusSettings, Shards, eos_ids, generate_corpus, sample_counts
 from polyspec.sampling import STUDY_SAMPLING, SamplingConfig
 from polyspec.specs import load_model
 from polyspec.tasks import build_prompts, corpus_text
+from polyspec.vocabulary import fingerprint
 
 MODES = {"sample": STUDY_SAMPLING, "greedy": SamplingConfig()}
 TASKS = ("story", "continuation")
@@ -145,14 +146,17 @@ def main() -> None:
             for sample in samples:
                 if count >= point:
                     break
-                prefix.append(verifier.tokenizer.decode(sample["ids"], skip_special_tokens=True))
+                prefix.append(sample)
                 count += len(sample["ids"])
                 seconds += sample.get("seconds", 0.0)
                 cpu += sample.get("cpu_seconds", 0.0)
             path = work / f"distilled-{point}{'-mixed' if args.mix_corpus else ''}.ngram"
             t0 = time.perf_counter()
-            mixed = prefix + (corpus_text(language) if args.mix_corpus else [])  # as `--mix`: counts add up
-            train(verifier.tokenizer, mixed, order=args.order, out=path, show_progress=False)
+            # Counted as `polyspec ngram distill` counts them (`--mix` at its default weights).
+            counted = sample_counts(prefix, args.order, fingerprint(verifier.tokenizer).vocab_size, eos_ids(verifier))
+            mixed = corpus_text(language) if args.mix_corpus else []
+            train(verifier.tokenizer, mixed, order=args.order, out=path, show_progress=False,
+                  weight=SAMPLE_UNIT, counted=counted)  # fmt: skip
             train_seconds = time.perf_counter() - t0
             rows = {mode: acceptance(decoder, path, prompts, mode, args.new_tokens, args.gamma) for mode in MODES}
             row = {"language": code, "tokens": count, "minutes": seconds / 60, "cpu_minutes": cpu / 60,

@@ -184,14 +184,14 @@ def test_soft_counts_hold_the_verifier_probabilities_of_a_context_seen_once():
 
 def test_the_distilled_model_drafts_what_the_verifier_found_most_probable(verifier, language, tmp_path):
     from polyspec.ngram import load
-    from polyspec.ngram_distill import SAMPLE_UNIT, _eos_ids
+    from polyspec.ngram_distill import SAMPLE_UNIT, eos_ids
 
     out = tmp_path / "d.ngram"
     sharp = SamplingConfig(temperature=0.3)  # the tiny random verifier is nearly uniform at 1
     distill_ngram(verifier, language, 2, out, SelfCorpusSettings(tokens=40, batch=2, sample_tokens=10, sampling=sharp))
     samples = Shards(out.with_name("d.ngram.samples")).read()
     model = load(out)
-    stop = _eos_ids(verifier)
+    stop = eos_ids(verifier)
     seen: dict[int, list] = {}
     for sample in samples:
         ids = sample["ids"]

@@ -185,7 +185,7 @@ def generate_corpus(
     done = shards.read()
     total = sum(len(s["ids"]) for s in done)
     batch_index = len(done) // settings.batch
-    eos = _eos_ids(verifier)
+    eos = eos_ids(verifier)
     yield total
     while total < settings.tokens:
         picks = [order[(batch_index * settings.batch + i) % len(order)] for i in range(settings.batch)]
@@ -218,7 +218,8 @@ def _encode(verifier: LoadedModel, text: str) -> list[int]:
     return verifier.tokenizer(text)["input_ids"]
 
 
-def _eos_ids(verifier: LoadedModel) -> frozenset[int]:
+def eos_ids(verifier: LoadedModel) -> frozenset[int]:
+    """The verifier's stop tokens: a sample ends before the first."""
     ids = verifier.model.generation_config.eos_token_id
     if ids is None:
         ids = verifier.tokenizer.eos_token_id
@@ -262,7 +263,7 @@ def distill_ngram(
             on_progress(min(total, settings.tokens))
     samples = Shards(work).read()
     vocab_size = fingerprint(verifier.tokenizer).vocab_size
-    counted = scaled(sample_counts(samples, order, vocab_size, _eos_ids(verifier)), mix_weight)
+    counted = scaled(sample_counts(samples, order, vocab_size, eos_ids(verifier)), mix_weight)
     prompts = seed_prompts(language, extra_prompts)
     kinds: dict[str, int] = {}
     for kind, _ in prompts:
