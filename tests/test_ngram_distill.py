@@ -207,3 +207,27 @@ def test_the_distilled_model_drafts_what_the_verifier_found_most_probable(verifi
             assert model.top([context], 1)[0].token_id == ids[0]
             checked += 1
     assert checked
+
+
+@pytest.mark.parametrize("zeros", [56, 0])  # a top-k support (drawn among it) and a dense row (drawn from all)
+def test_draws_with_candidates_follow_each_rows_distribution(zeros):
+    from scipy import stats
+
+    from polyspec.ngram_distill import draw_with_candidates
+
+    generator = torch.Generator().manual_seed(3)
+    probs = torch.rand(2, 64, generator=generator) ** 3
+    for row in probs:
+        row[torch.randperm(64, generator=generator)[:zeros]] = 0.0
+    probs /= probs.sum(dim=-1, keepdim=True)
+    trials = 4000
+    drawn, top_ids, top_probs = draw_with_candidates(probs.repeat(trials, 1), 5, generator)
+    assert torch.equal(top_probs[:2], probs.topk(5, dim=-1).values)
+    assert torch.equal(probs.gather(-1, top_ids[:2]), top_probs[:2])
+    for row in range(2):
+        counts = torch.bincount(drawn[row::2], minlength=64).numpy()
+        support = probs[row] > 0
+        assert counts[~support.numpy()].sum() == 0
+        expected = probs[row][support].double().numpy()
+        expected *= trials / expected.sum()
+        assert stats.chisquare(counts[support.numpy()], expected).pvalue > 1e-3
