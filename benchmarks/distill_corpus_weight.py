@@ -42,7 +42,8 @@ def main() -> None:
         runner.ngram_path("ngram-distill", language)  # the samples exist from here on
         samples = {"": runner.distilled.samples_dir(language)}
         if args.drawn_only:
-            samples["-drawn"] = drawn_only(samples[""], args.out / f"{language.code}-drawn.samples")
+            # Named after the source log (its cache key), so another verifier's copy is never reused.
+            samples["-drawn"] = drawn_only(samples[""], args.out / f"{samples[''].stem}-drawn.samples")
         paths = []
         for weight in (int(w) for w in args.weights.split(",")):
             for suffix, samples_dir in samples.items():

@@ -208,6 +208,7 @@ def test_distilled_ngrams_are_sampled_once_per_verifier_and_settings(verifier, l
     from polyspec.drafters.ngram import NGramDrafter
     from polyspec.models import LoadedModel
     from polyspec.ngram.query import ROOT
+    from polyspec.ngram_distill import SAMPLE_UNIT
 
     config = config_for(str(verifier.name), language_files, distill_tokens=40)
     runner = BenchRunner(config, verifier, tmp_path / "ngram")
@@ -232,8 +233,8 @@ def test_distilled_ngrams_are_sampled_once_per_verifier_and_settings(verifier, l
     corpus_ids, corpus_counts = runner.drafter("ngram", language).model.continuations(*ROOT)
     weighed = dict(zip(mixed_ids.tolist(), mixed_counts.tolist(), strict=True))
     corpus = zip(corpus_ids.tolist(), corpus_counts.tolist(), strict=True)
-    assert all(weighed[t] >= DISTILL_CORPUS_WEIGHT * c for t, c in corpus)
-    assert sum(mixed_counts.tolist()) > DISTILL_CORPUS_WEIGHT * sum(corpus_counts.tolist())  # and the samples
+    assert all(weighed[t] >= DISTILL_CORPUS_WEIGHT * SAMPLE_UNIT * c for t, c in corpus)
+    assert sum(mixed_counts.tolist()) > DISTILL_CORPUS_WEIGHT * SAMPLE_UNIT * sum(corpus_counts.tolist())
     # The router over the distilled n-grams: its own part instances, each part's provenance.
     router = runner.drafter("adaptive-distill", language)
     arms = {arm.name: arm.drafter for arm in router.arms if arm.of is None}

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from polyspec.assets.languages import language_from_files
+from polyspec.errors import UserError
 from polyspec.ngram_distill import DISTILL_TOPICS, SelfCorpusSettings, Shards, distill_ngram, sample_batch, seed_prompts
 from polyspec.sampling import SamplingConfig
 
@@ -180,6 +181,28 @@ def test_soft_counts_hold_the_verifier_probabilities_of_a_context_seen_once():
     # A log that kept no candidates counts each drawn token a whole unit; a stop token ends it.
     old = sample_counts([{"ids": [5, 6, 1, 4]}], 2, 10, stop=frozenset([1])).to_dict()
     assert old == {(5,): SAMPLE_UNIT, (6,): SAMPLE_UNIT, (5, 6): SAMPLE_UNIT}
+    # A stop token among the candidates is not counted either.
+    stopped = sample_counts([{**sample, "top_ids": [[5], [6, 1]]}], 2, 10, stop=frozenset([1])).to_dict()
+    assert (1,) not in stopped and (5, 1) not in stopped
+
+
+def test_a_corpus_weighing_zero_is_left_out_and_a_weighed_one_adds_its_counts(verifier, language, tmp_path):
+    from polyspec.ngram import load
+    from polyspec.ngram.query import ROOT
+    from polyspec.tasks import corpus_text
+
+    settings = SelfCorpusSettings(tokens=20, batch=2, sample_tokens=6)
+    samples = tmp_path / "samples"
+    unigrams = {}
+    for weight, mix in ((None, None), (0, corpus_text(language)), (2, corpus_text(language))):
+        out = tmp_path / f"w{weight}.ngram"
+        distill_ngram(verifier, language, 2, out, settings, mix=mix, corpus_weight=weight or 0, samples_dir=samples)
+        ids, counts = load(out).continuations(*ROOT)
+        unigrams[weight] = dict(zip(ids.tolist(), counts.tolist(), strict=True))
+    assert unigrams[0] == unigrams[None] and all(unigrams[0].values())
+    assert sum(unigrams[2].values()) > sum(unigrams[0].values())
+    with pytest.raises(UserError, match="weigh"):
+        distill_ngram(verifier, language, 2, tmp_path / "x.ngram", settings, mix_weight=0, samples_dir=samples)
 
 
 def test_the_distilled_model_drafts_what_the_verifier_found_most_probable(verifier, language, tmp_path):
@@ -209,23 +232,25 @@ def test_the_distilled_model_drafts_what_the_verifier_found_most_probable(verifi
     assert checked
 
 
-@pytest.mark.parametrize("zeros", [56, 0])  # a top-k support (drawn among it) and a dense row (drawn from all)
-def test_draws_with_candidates_follow_each_rows_distribution(zeros):
+# Rows giving 3 and 12 of 256 tokens (drawn among the best 12 of every row, fewer than the 5
+# candidates kept in one row), and rows giving all of them (drawn from the whole vocabulary).
+@pytest.mark.parametrize("supports", [(3, 12), (256, 256)])
+def test_draws_with_candidates_follow_each_rows_distribution(supports):
     from scipy import stats
 
     from polyspec.ngram_distill import draw_with_candidates
 
     generator = torch.Generator().manual_seed(3)
-    probs = torch.rand(2, 64, generator=generator) ** 3
-    for row in probs:
-        row[torch.randperm(64, generator=generator)[:zeros]] = 0.0
+    probs = torch.rand(2, 256, generator=generator) + 0.2
+    for row, support in zip(probs, supports, strict=True):
+        row[torch.randperm(256, generator=generator)[support:]] = 0.0
     probs /= probs.sum(dim=-1, keepdim=True)
-    trials = 4000
+    trials = 6000
     drawn, top_ids, top_probs = draw_with_candidates(probs.repeat(trials, 1), 5, generator)
     assert torch.equal(top_probs[:2], probs.topk(5, dim=-1).values)
     assert torch.equal(probs.gather(-1, top_ids[:2]), top_probs[:2])
     for row in range(2):
-        counts = torch.bincount(drawn[row::2], minlength=64).numpy()
+        counts = torch.bincount(drawn[row::2], minlength=256).numpy()
         support = probs[row] > 0
         assert counts[~support.numpy()].sum() == 0
         expected = probs[row][support].double().numpy()

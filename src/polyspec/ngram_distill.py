@@ -59,9 +59,14 @@ DISTILL_TOPICS = (
 # the verifier's top candidates at every position, 4 draws among the tokens a row can give.
 SAMPLER_VERSION = 4
 
-# What one sampled position weighs in the counts: the token drawn counts once and its top
-# candidates share the rest by probability (a candidate below 1 / (SAMPLE_UNIT - 1) rounds away).
+# What one sampled position weighs in the counts, about: the token drawn counts once and its top
+# candidates share the rest by probability, each rounded (one below 1 / (2 (SAMPLE_UNIT - 1))
+# rounds away).
 SAMPLE_UNIT = 32
+
+# Where a row can give more than this share of the vocabulary, it is drawn from the whole of it:
+# a top-k over that many tokens would cost more than the multinomial it saves.
+_SPARSE_SHARE = 1 / 8
 
 
 @dataclass(frozen=True)
@@ -151,8 +156,8 @@ def sample_batch(
             logits_to_keep=1,
         ).logits[:, -1]  # fmt: skip
         # Every row after its own history (the repetition penalty's context), drawn in one call
-        # on the verifier's device; per step, one transfer of the chosen ids and one of the
-        # top candidates.
+        # on the verifier's device; per step, a few small transfers (the support's size, the
+        # drawn ids, the top candidates).
         probs = processor.probs_after(logits, (), histories)
         drawn, top_ids, top_probs = draw_with_candidates(probs, settings.keep_top, generator)
         rows = zip(drawn.tolist(), top_ids.tolist(), top_probs.tolist(), strict=True)
@@ -181,7 +186,7 @@ def draw_with_candidates(
     give, so it is exact: a multinomial over the whole vocabulary cost a third of a step."""
     vocab = probs.shape[-1]
     support = int((probs > 0).sum(dim=-1).max())
-    if support * 8 > vocab:
+    if support > vocab * _SPARSE_SHARE:
         top_probs, top_ids = probs.topk(min(keep_top, vocab), dim=-1)
         return torch.multinomial(probs, 1, generator=generator)[:, 0], top_ids, top_probs
     values, index = probs.topk(max(support, min(keep_top, vocab)), dim=-1)
@@ -273,6 +278,8 @@ def distill_ngram(
 
     if order < 1:
         raise UserError(f"order must be >= 1, got {order}")
+    if mix_weight < 1 or corpus_weight < 0:
+        raise UserError(f"the samples must weigh >= 1 and the corpus >= 0, got {mix_weight} and {corpus_weight}")
     work = samples_dir or out.with_name(out.name + ".samples")
     for total in generate_corpus(verifier, language, work, settings, extra_prompts):
         if on_progress is not None:
@@ -303,10 +310,10 @@ def distill_ngram(
         "mix_corpus_weight": str(corpus_weight),
         **(metadata or {}),
     }
-    # A real document's n-gram weighs `corpus_weight` sampled tokens.
+    # A real document's n-gram weighs `corpus_weight` sampled tokens (at 0, it is left out).
     return train(
-        verifier.tokenizer, mix or [], order=order, out=out, show_progress=False, metadata=recorded,
-        weight=corpus_weight * SAMPLE_UNIT, counted=counted,
+        verifier.tokenizer, (mix or []) if corpus_weight else [], order=order, out=out, show_progress=False,
+        metadata=recorded, weight=max(1, corpus_weight) * SAMPLE_UNIT, counted=counted,
     )  # fmt: skip
 
 
@@ -314,7 +321,7 @@ def sample_counts(samples: list[dict], order: int, vocab_size: int, stop: frozen
     """The samples' n-grams, each position weighing SAMPLE_UNIT: the token drawn once, the
     verifier's kept candidates the rest in proportion to their probabilities (all of it to the
     token drawn in a log that kept none). A sample ends before a stop token or an id outside
-    the vocabulary."""
+    the vocabulary, and neither is counted as a candidate."""
     rows, weights, counted = [], [], 0
     for sample in samples:
         ids = sample["ids"]
@@ -328,7 +335,7 @@ def sample_counts(samples: list[dict], order: int, vocab_size: int, stop: frozen
             rows.append([*context, ids[i]])
             weights.append(1 if kept else SAMPLE_UNIT)
             for token, prob in zip(top_ids[i], top_probs[i], strict=True):
-                if (weight := round(prob * (SAMPLE_UNIT - 1))) and token < vocab_size:
+                if (weight := round(prob * (SAMPLE_UNIT - 1))) and token < vocab_size and token not in stop:
                     rows.append([*context, token])
                     weights.append(weight)
     trie = count_rows(np.array(rows, dtype=np.int64).reshape(-1, order), np.array(weights, dtype=np.int64), vocab_size)

@@ -164,7 +164,7 @@ class DistilledNGrams:
     def samples_key(self, language) -> str:
         from dataclasses import asdict
 
-        from polyspec.ngram_distill import prompts_fingerprint, seed_prompts
+        from polyspec.ngram_distill import SAMPLER_VERSION, prompts_fingerprint, seed_prompts
 
         settings = {**asdict(self.settings), "sampling": asdict(self.settings.sampling)}
         material = {
@@ -172,6 +172,7 @@ class DistilledNGrams:
             "language": language.code,
             "settings": settings,
             "seed_prompts": prompts_fingerprint(seed_prompts(language)),
+            "sampler": SAMPLER_VERSION,
         }
         return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -179,7 +180,10 @@ class DistilledNGrams:
         return self.cache_dir / f"{language.code}-distill-{self.samples_key(language)}.samples"
 
     def key(self, language, order: int) -> str:
-        material = [self.samples_key(language), str(order), str(DISTILL_CORPUS_WEIGHT), *corpus_documents(language)]
+        from polyspec.ngram_distill import SAMPLE_UNIT
+
+        weights = f"{DISTILL_CORPUS_WEIGHT} x {SAMPLE_UNIT}"
+        material = [self.samples_key(language), str(order), weights, *corpus_documents(language)]
         return hashlib.sha256("\n".join(material).encode()).hexdigest()[:16]
 
     def path(self, language, order: int) -> Path:

@@ -123,10 +123,13 @@ def train(
 ) -> TrainReport:
     """Count the n-grams of `documents` (an iterable of strings, each one document; empty ones
     are skipped) in `tokenizer`'s tokens and write them to `out`. `metadata` (JSON-serialisable)
-    is stored in the file with the training text's hash. Each occurrence counts `weight` times;
-    `counted` (counts of the same order and vocabulary made elsewhere) is added to them."""
+    is stored in the file with the training text's hash. Each occurrence counts `weight` (>= 1)
+    times; `counted` (counts of the same order and vocabulary made elsewhere) is added to them,
+    and `min_count` applies to the sums."""
     out = Path(out)
     _check(tokenizer, order, min_count, out)
+    if weight < 1:
+        raise UserError(f"weight must be >= 1, got {weight}")
     batches = document_batches(documents)
     with progress_bar(show_progress, None) as update:
         return _train(tokenizer, batches, order, out, min_count, metadata, chunk_tokens, update, weight, counted)
