@@ -1,7 +1,8 @@
 """The distilled n-gram tables of docs/RESULTS.md, read from benchmark records: per task and
 mode, each drafter's mean measured f and pooled acceptance (accepted / drafted over the cell's
 prompts); for sampled stories + continuations, the same per language with tokens kept and verify
-milliseconds per call; greedy acceptance per language and task.
+milliseconds per call; the spread of `none` (plain decoding timed against itself) over the cells;
+greedy acceptance per language and task.
 
     python benchmarks/distill_tables.py docs/results/distill-soft-limit8/results.jsonl
     python benchmarks/distill_tables.py docs/results/distill-soft/drawn-npi/results.jsonl \\
@@ -15,10 +16,15 @@ import json
 from pathlib import Path
 
 TASKS = ("translation", "story", "continuation")
+CELL = ("language", "task", "mode")
+
+
+def mean_f(records: list[dict]) -> float:
+    return sum(r["f_measured"] for r in records) / len(records)
 
 
 def pooled(records: list[dict]) -> str:
-    f = sum(r["f_measured"] for r in records) / len(records)
+    f = mean_f(records)
     acceptance = sum(r["accepted"] for r in records) / max(1, sum(r["drafted"] for r in records))
     return f"{f:.2f}x ({acceptance:.3f})"
 
@@ -53,6 +59,13 @@ def main() -> None:
             tokens, ms = sum(r["new_tokens"] for r in rs) / calls, 1000 * sum(r["verify_seconds"] for r in rs) / calls
             cells.append(f"{drafter} {pooled(rs)}, {tokens:.2f} tok, {ms:.0f} ms")
         print(f"{language or 'all'}: " + "; ".join(cells))
+    none = [r for r in records if r["drafter"] == "none"]
+    by_cell: dict[tuple, list[dict]] = {}
+    for r in none:
+        by_cell.setdefault(tuple(r[k] for k in CELL), []).append(r)
+    noise = [mean_f(rs) for rs in by_cell.values()]
+    if noise:
+        print(f"\nnone (plain against itself): {min(noise):.2f}x to {max(noise):.2f}x per cell")
     print("\ngreedy acceptance by language and task")
     for language in languages:
         for task in TASKS:
