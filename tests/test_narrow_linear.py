@@ -12,6 +12,7 @@ from fixtures import hf_greedy, random_prompts, tiny_gemma
 from polyspec.decoding import Decoder
 from polyspec.drafters.prompt_lookup import PromptLookupDrafter
 from polyspec.models import LoadedModel
+from polyspec import narrow_linear
 from polyspec.narrow_linear import MAX_ROWS, layout, use_narrow_layout
 
 
@@ -29,6 +30,22 @@ def test_every_row_count_gives_the_same_product(bias):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
             if rows == 1 or rows > MAX_ROWS:  # torch's own kernel: bit for bit
                 assert torch.equal(got, F.linear(x, reference.weight, reference.bias))
+
+
+def test_one_row_through_a_large_weight_goes_as_two(monkeypatch):
+    monkeypatch.setattr(narrow_linear, "PAIR_MIN_WEIGHT", 48 * 300)
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(48, 300)
+    reference = copy.deepcopy(linear)
+    use_narrow_layout(linear)
+    x = torch.randn(1, 1, 48)
+    with torch.inference_mode():
+        want = reference(x)
+        products, mm = [], torch.mm
+        monkeypatch.setattr(torch, "mm", lambda a, b: products.append(tuple(b.shape)) or mm(a, b))
+        got = linear(x)
+    assert products == [(48, 2)] and got.shape == (1, 1, 300)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_training_keeps_torchs_kernel_and_its_gradients():

@@ -8,8 +8,11 @@ stays close to the cost of one row. Measured on Gemma-3-270M (two AVX2 cores, MK
 `nn.Linear` switched, a whole verify forward of 2 / 4 / 8 / 16 tokens costs 1.00 / 1.02 / 1.38 /
 1.77 times one token instead of 1.69 / 2.16 / 2.16 / 2.50.
 
-One row (plain decoding) and long inputs (prefill, training) keep torch's own kernel. The two
-layouts differ by float rounding only, as two verify widths already do.
+One row (plain decoding) through a large weight (the output head) goes as two, the row twice:
+MKL runs a matrix-vector product of that size on one core, so the head over one row takes
+51 ms against 37 ms for the two (same machine). One row through a small weight, and long
+inputs (prefill, training), keep torch's own kernel. The layouts differ by float rounding
+only, as two verify widths already do.
 `POLYSPEC_NARROW_LINEAR=0` keeps torch's kernel everywhere.
 """
 
@@ -22,14 +25,22 @@ import torch
 import torch.nn.functional as F
 
 MAX_ROWS = 64  # measured faster up to here on every projection shape of the model above
+# One row goes as two through weights this large; below it (the model's projections, up to
+# 2048 x 640) one row costs 0.1-0.2 ms either way.
+PAIR_MIN_WEIGHT = 1 << 24
 
 
 def narrow_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """`nn.Linear.forward` in the narrow layout for 2 to MAX_ROWS rows, torch's kernel otherwise."""
+    """`nn.Linear.forward` in the narrow layout for 2 to MAX_ROWS rows (and one row through a
+    large weight, as two), torch's kernel otherwise."""
     rows = x.numel() // x.shape[-1] if x.numel() else 0
-    if not 2 <= rows <= MAX_ROWS or torch.is_grad_enabled():
+    paired = rows == 1 and self.weight.numel() >= PAIR_MIN_WEIGHT
+    if not (2 <= rows <= MAX_ROWS or paired) or torch.is_grad_enabled():
         return F.linear(x, self.weight, self.bias)
-    out = torch.mm(self.weight, x.reshape(rows, x.shape[-1]).t()).t()
+    flat = x.reshape(rows, x.shape[-1])
+    if paired:
+        flat = flat.repeat(2, 1)
+    out = torch.mm(self.weight, flat.t()).t()[:rows]
     if self.bias is not None:
         out = out + self.bias
     return out.reshape(*x.shape[:-1], self.weight.shape[0])

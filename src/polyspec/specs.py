@@ -205,7 +205,7 @@ def verify_costs(verifier: LoadedModel):
     import torch
 
     from polyspec.drafters.adaptive import VerifyCosts, measure_verify_costs
-    from polyspec.narrow_linear import layout
+    from polyspec.narrow_linear import PAIR_MIN_WEIGHT, layout
 
     try:
         from polyspec.assets.store import home
@@ -213,7 +213,8 @@ def verify_costs(verifier: LoadedModel):
         return measure_verify_costs(verifier.model)[0]
     config = verifier.model.config.to_json_string(use_diff=False)
     threads, version = torch.get_num_threads(), torch.__version__
-    key = f"{config}|{verifier.dtype_name}|{verifier.device}|{threads}|{version}|{layout(verifier.model)}"
+    kernel = f"{layout(verifier.model)}-{PAIR_MIN_WEIGHT}"  # how one row is computed changes width 1's cost
+    key = f"{config}|{verifier.dtype_name}|{verifier.device}|{threads}|{version}|{kernel}"
     path = home() / "verify-costs" / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
     try:
         return VerifyCosts.from_dict(json.loads(path.read_text()))
