@@ -16,6 +16,7 @@ from polyspec.drafters.adaptive import (
     DepthAcceptance,
     NodeAcceptance,
     StepCosts,
+    TreeCalibration,
     VerifyCosts,
     measure_verify_costs,
     merge,
@@ -69,6 +70,41 @@ def test_depth_acceptance_follows_the_evidence():
     assert estimate.rate(1) > 0.9
     assert estimate.rate(2, 0.9) < 0.1 and estimate.rate(2) < 0.1  # the depth-only rate sees it too
     assert estimate.rate(2, 0.1) == 0.5  # another confidence bucket has no evidence
+
+
+def test_a_deeper_position_starts_from_the_evidence_of_the_one_before_it():
+    # Drafts cut after one token never show depth 2 to the verifier: its estimate must not
+    # stay at the prior while depth 1 proves the drafter right.
+    estimate = DepthAcceptance(max_depth=4)
+    for _ in range(200):
+        estimate.update(1, None, True)
+    assert estimate.rate(2) > 0.9 and estimate.rate(4) > 0.9
+    for _ in range(200):
+        estimate.update(2, None, False)
+    assert estimate.rate(2) < 0.05 and estimate.rate(3) < 0.1  # depth 2's own evidence wins
+    assert estimate.rate(1) > 0.95
+
+
+def test_tree_calibration_keeps_the_share_of_the_promise_that_was_kept():
+    calibration = TreeCalibration()
+    assert calibration.scale == 1.0
+    for _ in range(300):
+        calibration.update(promised=1.0, kept=0)
+        calibration.update(promised=1.0, kept=1)
+    assert calibration.scale == pytest.approx(0.5, abs=0.02)
+    for _ in range(300):
+        calibration.update(promised=0.5, kept=2)
+    assert calibration.scale == 1.0  # trees that keep more than promised are not scaled up
+
+
+def test_a_tree_that_keeps_nothing_scales_its_promise_down(verifier):
+    adaptive = AdaptiveDrafter({"junk": JunkTrees()}, FLAT_COSTS, observe_costs=False)
+    decoder = Decoder(verifier)
+    for prompt in random_prompts(4, seed=2):
+        decoder.generate(prompt, adaptive, gamma=4, tree=16, max_new_tokens=30)
+    calibration = adaptive.calibration
+    assert calibration.promised > 1.0 and calibration.kept == 0.0  # <unk> and <pad> are never written
+    assert calibration.scale < 0.7
 
 
 def test_step_costs_learn_what_each_row_adds_to_a_flat_forward():

@@ -29,7 +29,9 @@ taken with probability p(xi) exactly, `polyspec.acceptance`), so a tree is worth
 E = 1 + sum over nodes of P(v), P(v) the product of a along v's path, and siblings' chances
 together are at most 1. The nodes sorted by P (parents first: P never grows down a path) are
 pruned to the prefix of n nodes that maximises E(n) / verify time(n + 1); n = 0 is plain
-decoding. Drafters too slow to shadow (a draft model) are chosen from evidence, as for chains,
+decoding. Every P is first scaled by the share of their promise that past trees kept
+(`TreeCalibration`): choosing the nodes whose estimates came out highest promises more than
+they keep. Drafters too slow to shadow (a draft model) are chosen from evidence, as for chains,
 then their tree joins the merge. A drafter whose trees carry rows while the verifier samples
 drafts a chain by the chain rule above; nothing stochastic is ever pruned by looking at it.
 When the verifier samples, each branching drafter's own chains (drawn from its rows) are one
@@ -119,8 +121,10 @@ def measure_verify_costs(
 
 class DepthAcceptance:
     """P(draft position d is kept | positions before it were), per depth, from decaying counts
-    with a prior worth two observations (1/2 unless told); a confidence bucket (row peak)
-    refines it where rows exist."""
+    with a prior worth two observations; a confidence bucket (row peak) refines it where rows
+    exist. Depth 1's prior is the one given (1/2 unless told), depth d's is the estimate at
+    depth d - 1: a position is judged only once the ones before it were kept, so a drafter
+    whose drafts were cut short would otherwise never learn that longer ones pay."""
 
     BUCKETS = 4
 
@@ -134,9 +138,10 @@ class DepthAcceptance:
         return self.BUCKETS if confidence is None else min(int(confidence * self.BUCKETS), self.BUCKETS - 1)
 
     def rate(self, depth: int, confidence: float | None = None, prior: float = 0.5) -> float:
-        depth = min(depth, len(self.hits) - 1)
         b = self.bucket(confidence)
-        return (self.hits[depth][b] + 2.0 * prior) / (self.trials[depth][b] + 2.0)
+        for d in range(1, min(depth, len(self.hits) - 1) + 1):
+            prior = (self.hits[d][b] + 2.0 * prior) / (self.trials[d][b] + 2.0)
+        return prior
 
     def update(self, depth: int, confidence: float | None, kept: bool) -> None:
         """Counts in the confidence's bucket and in the no-confidence one, which then holds the
@@ -198,8 +203,11 @@ def _probability(probability: float | None) -> float:
     return 0.5 if probability is None else min(max(probability, 0.0), 1.0)
 
 
-# A drafter not tried for this many steps gets one short draft: it may pay again by now.
+# A drafter not tried for this many steps gets one draft, as long as a verify call takes for
+# about the cost of one token (`_explore_length`): it may pay again by now, and deeper positions
+# are judged only when the ones before them are drafted.
 EXPLORE_EVERY = 16
+FREE_WIDTH_SHARE = 1.05
 # How much better than plain decoding a draft's expected rate must be to be sent.
 PLAIN_MARGIN = 1.02
 # Drafters cheaper than this share of a verify call propose every step (shadows).
@@ -416,6 +424,29 @@ def merge(proposals: Sequence[tuple[_Arm, TokenTree, list[float | None]]]) -> Ca
     return Candidates(tokens, parents, depths, path, owners)
 
 
+class TreeCalibration:
+    """How many of the tokens its node estimates promise a merged tree of point masses keeps,
+    from decaying sums (a prior worth PRIOR_WEIGHT promised tokens says all). The node
+    estimates are each fair, but the tree keeps the nodes whose estimates came out highest,
+    and a node several drafters propose takes the highest of theirs: both promise more than
+    is kept, and this scale takes the difference out of every node's path chance."""
+
+    PRIOR_WEIGHT = 2.0
+
+    def __init__(self, decay: float = 0.99) -> None:
+        self.decay = decay
+        self.kept = 0.0
+        self.promised = 0.0
+
+    @property
+    def scale(self) -> float:
+        return min((self.kept + self.PRIOR_WEIGHT) / (self.promised + self.PRIOR_WEIGHT), 1.0)
+
+    def update(self, promised: float, kept: int) -> None:
+        self.kept = self.kept * self.decay + kept
+        self.promised = self.promised * self.decay + promised
+
+
 class StepCosts:
     """Seconds of a whole verify step by width, as this decoder sees them: the observed time
     between two proposals where a width was seen often enough, else the measured forward curve
@@ -477,6 +508,8 @@ class AdaptiveDrafter:
         # Judging a sampled row costs more than a greedy one: step times are kept per mode.
         self._step_costs = {greedy: StepCosts(costs) for greedy in (True, False)}
         self.costs = self._step_costs[True]
+        self._calibrations = {greedy: TreeCalibration() for greedy in (True, False)}
+        self.calibration = self._calibrations[True]
         self.max_depth = max_depth
         # Proposals by the drafters that made them ("" = plain steps; a merged tree: "a | b").
         self.route: Counter[str] = Counter()
@@ -484,17 +517,19 @@ class AdaptiveDrafter:
         self._greedy = True
         self._steps = 0
         self._sent: tuple[int, float] | None = None  # width of the last step and when it began
+        self._promised: tuple[int, float] | None = None  # a merged tree's context length and promise
 
     def start(self, prompt_ids, processor, generator) -> None:
         # Estimates carry over from earlier sequences in the same mode: they describe the drafters
         # on this verifier.
         self._greedy = processor.config.greedy
         self.costs = self._step_costs[self._greedy]
+        self.calibration = self._calibrations[self._greedy]
         for arm in self.arms:
             arm.drafter.start(prompt_ids, processor, generator)
             arm.use_estimates(self._greedy)
             arm.pending = []
-        self._sent = None
+        self._sent = self._promised = None
 
     def _observe(self) -> None:
         if self._sent is not None and self.observe_costs:
@@ -533,6 +568,7 @@ class AdaptiveDrafter:
         verify = self.costs(1)
         # A draft must beat plain decoding by a margin: a wider step also costs judging its rows.
         best_rate, best_arm, best_draft, best_n = PLAIN_MARGIN / verify, None, None, 0
+        exploring = False
         for arm in self.arms:
             if arm.chain_view:
                 continue  # chain mode: the drafter itself drafts this chain
@@ -547,9 +583,10 @@ class AdaptiveDrafter:
             else:
                 n, rate = self._cut(arm, [None] * k)
                 if self._steps - arm.last_chosen >= EXPLORE_EVERY:
-                    n, rate = 1, float("inf")
+                    n, rate = self._explore_length(k), math.inf
             if n and rate > best_rate:
                 best_rate, best_arm, best_draft, best_n = rate, arm, draft, n
+                exploring = rate == math.inf
         if best_arm is None:
             self.route[""] += 1
             return EMPTY_DRAFT
@@ -558,13 +595,23 @@ class AdaptiveDrafter:
         self.route[arm.name] += 1
         if best_draft is not None:
             return Draft(tokens=best_draft.tokens[:n])
-        return self._evidence_chain(arm, context, n)
+        return self._evidence_chain(arm, context, n, cut=not exploring)
 
-    def _evidence_chain(self, arm: _Arm, context: Sequence[int], n: int) -> Draft:
-        """Chosen from evidence alone: draw n tokens, then cut by the rows' peaks, token by token."""
+    def _explore_length(self, depth: int) -> int:
+        """The longest draft (at most `depth`) whose verify forward costs about one token's."""
+        forward = self.costs.forward
+        one = forward(1)
+        n = 1
+        while n < depth and forward(n + 2) <= FREE_WIDTH_SHARE * one:
+            n += 1
+        return n
+
+    def _evidence_chain(self, arm: _Arm, context: Sequence[int], n: int, cut: bool = True) -> Draft:
+        """Chosen from evidence alone: draw n tokens, then (unless exploring) cut by the rows'
+        peaks, token by token."""
         draft = arm.timed_propose(context, n)
         marks = confidences(draft)
-        n, _ = self._cut(arm, marks) if draft.probs is not None else (len(draft), 0.0)
+        n, _ = self._cut(arm, marks) if draft.probs is not None and cut else (len(draft), 0.0)
         arm.pending.append(_Pending(len(context), TokenTree.chain(draft.tokens[:n]), marks[:n]))
         if n == 0:
             return EMPTY_DRAFT
@@ -576,6 +623,10 @@ class AdaptiveDrafter:
         """The tree of at most `budget` nodes and `max_depth` levels (EMPTY_TREE: plain
         decoding) of highest expected tokens per second."""
         self._observe()
+        if self._promised is not None:
+            length, promised = self._promised
+            self.calibration.update(promised, len(context) - length - 1)
+            self._promised = None
         tree = self._choose_tree(context, budget, max_depth)
         self._sent = (len(tree) + 1, time.perf_counter())
         self.widths[len(tree)] += 1
@@ -603,7 +654,8 @@ class AdaptiveDrafter:
                 continue
             proposals.append((arm, tree, self._pend(arm, context, tree)))
         candidates = merge(proposals)
-        chosen, rate = self._prune(candidates, costs)
+        scale = self.calibration.scale
+        chosen, rate = self._prune(candidates, costs, scale)
         best_rate, best_arm = rate if chosen else 0.0, None
         for arm in arms:
             if arm in shadows:
@@ -628,13 +680,14 @@ class AdaptiveDrafter:
                 return tree
             proposals.append((arm, tree, self._pend(arm, context, tree)))
             candidates = merge(proposals)  # its drafting time is spent: only verify time counts now
-            chosen, rate = self._prune(candidates, costs)
+            chosen, rate = self._prune(candidates, costs, scale)
         if not chosen or rate <= PLAIN_MARGIN / verify:
             return self._plain()
         tokens, parents, scores, _ = select_by_score(
             candidates.tokens, candidates.parents, candidates.path, len(chosen)
         )
         self.route[" | ".join(sorted(set().union(*(candidates.owners[i] for i in chosen))))] += 1
+        self._promised = (len(context), sum(candidates.path[i] for i in chosen))
         return TokenTree(tokens=tokens, parents=parents, scores=scores)
 
     @staticmethod
@@ -645,14 +698,14 @@ class AdaptiveDrafter:
         return probabilities
 
     @staticmethod
-    def _prune(candidates: Candidates, costs: list[float]) -> tuple[list[int], float]:
+    def _prune(candidates: Candidates, costs: list[float], scale: float = 1.0) -> tuple[list[int], float]:
         """The most probable nodes, as many as maximise expected tokens per verify second (none:
-        plain decoding), and that rate."""
+        plain decoding), and that rate; `scale`: the share of their chances that trees keep."""
         ranked = candidates.ranked(len(costs) - 1)
         best_n, best = 0, 1.0 / costs[0]
         expected = 1.0
         for n, node in enumerate(ranked, start=1):
-            expected += candidates.path[node]
+            expected += scale * candidates.path[node]
             rate = expected / costs[n]
             if rate > best:
                 best_n, best = n, rate
@@ -674,10 +727,10 @@ class AdaptiveDrafter:
     def _stochastic_chain(self, arm: _Arm, context: Sequence[int], depth: int, exploring: bool) -> TokenTree:
         """A chain by the chain rule: its length from evidence, then cut by its rows' peaks."""
         n, _ = self._cut(arm, [None] * depth)
-        n = max(n, 1) if exploring else n
+        n = self._explore_length(depth) if exploring else n
         if n == 0:
             return self._plain()
-        draft = self._evidence_chain(arm, context, n)
+        draft = self._evidence_chain(arm, context, n, cut=not exploring)
         if not len(draft):
             return self._plain()
         self.route[arm.name] += 1
