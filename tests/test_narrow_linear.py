@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from fixtures import hf_greedy, random_prompts, tiny_gemma
 
+from polyspec import narrow_linear
 from polyspec.decoding import Decoder
 from polyspec.drafters.prompt_lookup import PromptLookupDrafter
 from polyspec.models import LoadedModel
-from polyspec import narrow_linear
 from polyspec.narrow_linear import MAX_ROWS, layout, use_narrow_layout
 
 
