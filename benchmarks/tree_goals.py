@@ -18,7 +18,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-CHAINS = ("ngram-bigram", "ngram", "ngram+context", "prompt-lookup")
+CHAINS = ("ngram-bigram", "ngram", "ngram+context", "prompt-lookup", "ngram-distill", "ngram-distill+context")
 
 
 def mean_f(cells: dict, keys: list, drafter: str) -> float | None:

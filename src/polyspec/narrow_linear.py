@@ -4,13 +4,13 @@ A verify call feeds 2 to 64 tokens. On the CPU in float32, torch's `x @ W.T` ove
 runs a poorly blocked matrix product, while `(W @ x.T).T`, the same product in the other layout,
 stays close to the cost of one row. Measured on Gemma-3-270M (two AVX2 cores, MKL, float32;
 `benchmarks/bench_narrow_linear.py`, docs/results/narrow-linear/): its output head (262,144 x
-640) over 2 rows takes 202 ms against 70 ms, over 16 rows 342 ms against 177 ms; with every
-`nn.Linear` switched, a whole verify forward of 2 / 4 / 8 / 16 tokens costs 1.00 / 1.02 / 1.38 /
-1.77 times one token instead of 1.69 / 2.16 / 2.16 / 2.50.
+640) over 2 rows takes 122 ms against 46 ms, over 16 rows 182 ms against 125 ms; with every
+`nn.Linear` switched, a whole verify forward of 2 / 4 / 8 / 16 tokens costs 1.21 / 1.30 / 1.82 /
+2.25 times one token instead of 1.96 / 2.29 / 2.43 / 3.05.
 
 One row (plain decoding) through a large weight (the output head) goes as two, the row twice:
 MKL runs a matrix-vector product of that size on one core, so the head over one row takes
-51 ms against 37 ms for the two (same machine). One row through a small weight, and long
+55 ms against 46 ms for the two (same benchmark). One row through a small weight, and long
 inputs (prefill, training), keep torch's own kernel. The layouts differ by float rounding
 only, as two verify widths already do.
 `POLYSPEC_NARROW_LINEAR=0` keeps torch's kernel everywhere.
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 MAX_ROWS = 64  # measured faster up to here on every projection shape of the model above
 # One row goes as two through weights this large; below it (the model's projections, up to
-# 2048 x 640) one row costs 0.1-0.2 ms either way.
+# 2048 x 640) the two ways cost about the same, a fraction of a millisecond.
 PAIR_MIN_WEIGHT = 1 << 24
 
 
