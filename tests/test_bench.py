@@ -97,8 +97,10 @@ def test_records_have_every_field_and_greedy_runs_are_identical(verifier_dir, la
         if r["drafter"] == "none":
             assert r["nodes_per_call"] == 1 and r["accepted_per_call"] == 0
         elif r["drafter"] != "hf-prompt-lookup":
-            assert r["nodes_per_call"] <= 1 + (r["tree"] or r["gamma"])
-            assert r["accepted_per_call"] == r["accepted"] / r["verifier_calls"] <= r["nodes_per_call"] - 1
+            # Counts, not the per-call ratios: 1/11 <= 12/11 - 1 fails in floating point.
+            assert r["nodes_verified"] <= r["verifier_calls"] * (1 + (r["tree"] or r["gamma"]))
+            assert r["accepted_per_call"] == r["accepted"] / r["verifier_calls"]
+            assert r["accepted"] <= r["nodes_verified"] - r["verifier_calls"]
         assert (r["verify_costs"] is not None) == (r["drafter"] == "adaptive")
     assert any(r["alpha"] for r in records if r["drafter"] == "prompt-lookup")
     curve = next(r["verify_costs"] for r in records if r["drafter"] == "adaptive")
