@@ -48,7 +48,7 @@ class BenchConfig:
     ngram_order: int = 4  # of the `ngram` and `ngram+context` drafters (the study's bigram is 2)
     corpora: dict[str, Path] = field(default_factory=dict)  # language -> user corpus file
     parallels: dict[str, Path] = field(default_factory=dict)  # language -> user parallel TSV
-    distill_tokens: int = 24_000  # the verifier samples this many tokens per distilled n-gram
+    distill_tokens: int = 72_000  # the verifier samples this many tokens per distilled n-gram
 
     def __post_init__(self) -> None:
         if not self.languages:
@@ -84,7 +84,7 @@ PRESETS = {
         limit=1,
     ),
     # The quick preset's languages, both modes, with the n-grams distilled from the verifier
-    # (about 24,000 sampled tokens per language, built once and cached) against the corpus ones.
+    # (about 72,000 sampled tokens per language, built once and cached) against the corpus ones.
     "ngram-distill": BenchConfig(
         languages=("npi", "yor", "zh"),
         tasks=("translation", "continuation"),

@@ -52,9 +52,10 @@ DISTILLED_NGRAM_DRAFTERS = {
 # the drafter's own choice each step: a fixed depth of gamma would cap it where chains stop.
 TREE_BUDGET = 16
 TREE_DEPTH = 8
-# How many times the corpus split's counts weigh against the verifier's samples in the
-# benchmark's distilled n-grams (measured against 1 and 4: docs/NGRAM.md).
-DISTILL_CORPUS_WEIGHT = 16
+# How many sampled positions one occurrence in the corpus split weighs in the benchmark's
+# distilled n-grams: with soft counts, 1 drafts best sampled and keeps greedy translation at or
+# above the corpus n-gram (measured against 0, 4 and 16: docs/NGRAM.md).
+DISTILL_CORPUS_WEIGHT = 1
 # Bumped when what the bench writes into its n-gram files changes (a new cache key).
 NGRAM_CACHE_VERSION = "2"
 
@@ -140,8 +141,8 @@ def corpus_sources(language) -> list[dict]:
 
 class DistilledNGrams:
     """N-grams distilled from the verifier's own samples (`polyspec.ngram_distill`), mixed with
-    the language's corpus split (its counts weighing `DISTILL_CORPUS_WEIGHT` times: where the
-    corpus knows a context it decides, elsewhere the samples do), built once per language and
+    the language's corpus split (an occurrence there weighing `DISTILL_CORPUS_WEIGHT` sampled
+    positions, so the corpus fills the contexts the samples miss), built once per language and
     cached beside the corpus n-grams. The samples are keyed by the verifier's fingerprint,
     language, sampling settings and seed prompts (cache/CODE-distill-KEY.samples/, so an
     interrupted build resumes), the model also by order and corpus."""

@@ -17,7 +17,7 @@ def distill(
     out: Annotated[Path, typer.Option(help="Model file to write; samples are kept beside it (OUT.samples/).")],
     verifier: Annotated[str, typer.Option(help="Verifier that writes the corpus (default: embedded).")] = "",
     order: Annotated[int, typer.Option(help="N-gram order, 1 to 8.")] = 3,
-    tokens: Annotated[int, typer.Option(help="Tokens the verifier samples (docs/NGRAM.md: how many pay).")] = 24_000,
+    tokens: Annotated[int, typer.Option(help="Tokens the verifier samples (docs/NGRAM.md: how many pay).")] = 72_000,
     batch: Annotated[int, typer.Option(help="Samples per batch.")] = 10,
     sample_tokens: Annotated[int, typer.Option(help="Tokens per sample.")] = 64,
     prompts: Annotated[Path | None, typer.Option(help="More seed prompts: a text file, one per line.")] = None,
