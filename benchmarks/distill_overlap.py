@@ -10,7 +10,7 @@ at weight W (--weights, as `DISTILL_CORPUS_WEIGHT`), and for the corpus n-gram:
   drafted token from there: the chance that a sampled draft's first token is accepted;
 - greedy: the share of positions where the n-gram's most probable token is the verifier's.
 
-Order 4, as the benchmark's. Sampling what the cache lacks takes minutes (docs/NGRAM.md); the
+Of the benchmark's n-gram order. Sampling what the cache lacks takes minutes (docs/NGRAM.md); the
 scoring takes seconds. Writes OUT/overlap.json and OUT/overlap.png (sampled acceptance against
 sampling time) and prints a table.
 
@@ -37,7 +37,6 @@ from polyspec.ngram_distill import SelfCorpusSettings, Shards, distill_ngram, eo
 from polyspec.specs import load_model
 from polyspec.tasks import build_prompts
 
-ORDER = 4
 HELD_OUT_TOKENS = 48
 
 
@@ -144,7 +143,7 @@ def main() -> None:
     for code in config.languages:
         language = get_language(code)
         held = held_out(verifier, language, args.prompts, args.out / f"held-out-{code}.json")
-        corpus = load(NGramModels(verifier, home() / "ngram").path(language, ORDER))
+        corpus = load(NGramModels(verifier, home() / "ngram").path(language, config.ngram_order))
         rows.append({"language": code, "model": "corpus n-gram", **score(corpus, held)})
         cache = DistilledNGrams(verifier, home() / "ngram", points[-1])
         for _ in generate_corpus(verifier, language, cache.samples_dir(language), cache.settings):
@@ -156,7 +155,7 @@ def main() -> None:
                 path = args.out / f"{code}-{tokens}-w{weight}.ngram"
                 if not path.exists():
                     distill_ngram(
-                        verifier, language, ORDER, path, SelfCorpusSettings(tokens=sampled),
+                        verifier, language, config.ngram_order, path, SelfCorpusSettings(tokens=sampled),
                         mix=corpus_documents(language), corpus_weight=weight, samples_dir=work,
                     )  # fmt: skip
                 row = {"language": code, "model": f"distilled, weight {weight}", "tokens": sampled}

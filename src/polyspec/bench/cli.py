@@ -48,7 +48,8 @@ def bench(
     dtype: Annotated[str | None, typer.Option(help="auto | float32 | bfloat16 | float16")] = None,
     device: Annotated[str | None, typer.Option(help="cpu | cuda[:N]")] = None,
     distill_tokens: Annotated[
-        int | None, typer.Option(help="Tokens the verifier samples for each ngram-distill model (72000).")
+        int | None,
+        typer.Option(help="Tokens the verifier samples per ngram-distill model (default: as `polyspec ngram distill`)"),
     ] = None,
     corpus: Annotated[list[str] | None, typer.Option(help="LANG=FILE: training text for a language.")] = None,
     parallel: Annotated[list[str] | None, typer.Option(help="LANG=FILE: TSV of source, reference.")] = None,
