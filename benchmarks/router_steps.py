@@ -46,11 +46,16 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=3)
     args = parser.parse_args()
     config = BenchConfig(
-        languages=(args.language,), tasks=("story", "continuation"), modes=("sample",), limit=args.limit,
+        languages=(args.language,),
+        tasks=("story", "continuation"),
+        modes=("sample",),
+        limit=args.limit,
         drafters=(CHAIN, ROUTER),
     )
     languages = resolve_grid_languages(config)
-    runner = BenchRunner(config, load_model(config.verifier, dtype=config.dtype, device=config.device), home() / "ngram")
+    runner = BenchRunner(
+        config, load_model(config.verifier, dtype=config.dtype, device=config.device), home() / "ngram"
+    )
     runner.prepare(languages)
     times: dict[tuple[str, int], list[float]] = defaultdict(list)
     timing_verify(times)
@@ -64,7 +69,9 @@ def main() -> None:
             tree, depth = runner.tree_shape(name, drafter, 3)
             spec = runner.generate(ids, drafter, depth, unit.mode, unit.seed, tree)
             gains[name].append(plain.stats.seconds / spec.stats.seconds)
-            row.append(f"{name} {gains[name][-1]:.2f}x, {spec.stats.new_tokens / spec.stats.verifier_calls:.2f} tok/call")
+            row.append(
+                f"{name} {gains[name][-1]:.2f}x, {spec.stats.new_tokens / spec.stats.verifier_calls:.2f} tok/call"
+            )
         print(" | ".join(row), flush=True)
     print("mean f: " + ", ".join(f"{name} {statistics.mean(f):.2f}x" for name, f in gains.items()))
     print("verify ms per step by kind and width (median, steps):")
