@@ -3,6 +3,7 @@ when they do; in chains and in token trees."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 
@@ -231,9 +232,27 @@ def test_greedy_evidence_does_not_make_sampled_drafts(verifier):
     assert sampled[""] > 0.8 * sum(sampled.values())
 
 
-def test_a_costly_drafter_that_is_right_only_as_often_as_it_costs_is_not_used(verifier):
+class CostlyDrafter:
+    """A drafter whose every token costs one plain step on the router's clock: the time it is
+    measured by is the test's, not a machine's that other work may slow."""
+
+    def __init__(self, drafter, clock: FakeClock) -> None:
+        self.drafter, self.clock = drafter, clock
+
+    def start(self, prompt_ids, processor, generator) -> None:
+        self.drafter.start(prompt_ids, processor, generator)
+
+    def propose(self, context, k):
+        self.clock.now += k * FLAT_COSTS(1)
+        return self.drafter.propose(context, k)
+
+
+def test_a_costly_drafter_that_is_right_only_as_often_as_it_costs_is_not_used(verifier, monkeypatch):
     # The verifier as its own drafter is always right, but each token costs a full step.
-    adaptive = AdaptiveDrafter({"self": ModelDrafter(verifier, verifier.vocab_size)}, FLAT_COSTS)
+    clock = FakeClock(itertools.repeat(0.0))
+    monkeypatch.setattr("polyspec.drafters.adaptive.time.perf_counter", clock)
+    drafter = CostlyDrafter(ModelDrafter(verifier, verifier.vocab_size), clock)
+    adaptive = AdaptiveDrafter({"self": drafter}, FLAT_COSTS, observe_costs=False)
     decoder = Decoder(verifier)
     for prompt in random_prompts(3, seed=2):
         decoder.generate(prompt, adaptive, gamma=4, max_new_tokens=40)
