@@ -66,7 +66,7 @@ def main() -> None:
         row = [unit.prompt.item]
         for name in (CHAIN, ROUTER):
             drafter = runner.drafter(name, language)
-            tree, depth = runner.tree_shape(name, drafter, 3)
+            tree, depth = runner.tree_shape(name, drafter, config.gammas[0])
             spec = runner.generate(ids, drafter, depth, unit.mode, unit.seed, tree)
             gains[name].append(plain.stats.seconds / spec.stats.seconds)
             row.append(
