@@ -139,7 +139,10 @@ def engine_overhead(lm: CachedLM, prompt: list[int], sizes: list[int], repeats: 
         if kind == "greedy":
             greedy_tree_verdict(draft, processors[kind].greedy_after(logits, ids, suffixes))
         else:
-            tree_rejection_verdict(draft, processors[kind].probs_after(logits, ids, suffixes), generator)
+            processor = processors[kind]  # rows processed along the walk only, as the decoder does
+            tree_rejection_verdict(
+                draft, lambda i: processor.probs_after(logits[i : i + 1], ids, suffixes[i : i + 1])[0], generator
+            )
 
     def judge_chain(kind: str, tokens: list[int], logits) -> None:
         if kind == "greedy":

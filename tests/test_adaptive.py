@@ -21,6 +21,7 @@ from polyspec.drafters.adaptive import (
     VerifyCosts,
     measure_verify_costs,
     merge,
+    within_budget,
 )
 from polyspec.drafters.model import ModelDrafter
 from polyspec.drafters.prompt_lookup import PromptLookupDrafter
@@ -473,3 +474,27 @@ def test_sampled_adaptive_trees_follow_the_exact_distribution(verifier, draft_di
     check_sampling_is_exact(verifier, adaptive, trials=500, tree=6)
     assert any(not tree.is_chain for tree in adaptive.sent)
     assert any(tree.probs is not None for tree in adaptive.sent)  # the model's sampled chains were sent too
+
+
+def test_drawn_trees_fit_the_node_budget():
+    assert within_budget((4, 1, 1), 16) == (4, 1, 1)
+    assert within_budget((4, 1, 1), 6) == (4,)
+    assert within_budget((4, 1, 1), 3) == (3,)
+    assert within_budget((2, 2), 6) == (2, 2)
+    assert within_budget((2, 2), 5) == (2,)
+    assert within_budget((1, 1, 1), 0) == ()
+
+
+@pytest.mark.slow
+def test_sampled_adaptive_trees_with_drawn_policies_follow_the_exact_distribution(verifier, tokenizer, tmp_path):
+    from fixtures import greedy_text_ngram
+
+    from polyspec.specs import make_drafter
+
+    path = greedy_text_ngram(verifier, tokenizer, tmp_path)
+    adaptive = AdaptiveDrafter(
+        {"ngram+context": make_drafter(f"ngram:{path}+context", verifier)}, FLAT_COSTS, observe_costs=False
+    )
+    check_sampling_is_exact(verifier, adaptive, trials=500, tree=6)
+    assert min(adaptive.policies.tries.values()) >= 4  # the bandit weighed every policy
+    assert any(route.endswith(", 4 draws") for route in adaptive.route)  # drawn trees were sent

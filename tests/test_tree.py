@@ -348,7 +348,7 @@ def sampled_sequences(make_tree, target: Rows, length: int, trials: int, seed: i
     samples = []
     for _ in range(trials):
         tree = make_tree(generator)
-        verdict = tree_rejection_verdict(tree, target.block(tree), generator)
+        verdict = tree_rejection_verdict(tree, target.block(tree).__getitem__, generator)
         sequence = [*(tree.tokens[i] for i in verdict.path), verdict.token]
         while len(sequence) < length:
             sequence.append(int(torch.multinomial(target(sequence).float(), 1, generator=generator)))
@@ -548,3 +548,65 @@ def test_sampled_tree_decoding_follows_the_exact_distribution(verifier, draft_mo
     prompt = branching_prompt(verifier) if name == "prompt-lookup" else None
     check_sampling_is_exact(verifier, drafter, trials=800, tree=6, prompt=prompt)
     assert drafter.branched > drafter.trees // 4
+
+
+class Drawn:
+    """An n-gram drafter whose trees are its independent draws, `widths[d]` at depth d."""
+
+    def __init__(self, drafter, widths) -> None:
+        self.drafter, self.widths, self.trees = drafter, widths, []
+
+    def start(self, prompt_ids, processor, generator) -> None:
+        self.drafter.start(prompt_ids, processor, generator)
+
+    def propose(self, context, k):
+        return self.drafter.propose(context, k)
+
+    def propose_tree(self, context, budget, max_depth):
+        tree = self.drafter.propose_sampled_tree(context, self.widths[:max_depth])
+        self.trees.append(tree)
+        return tree
+
+
+def test_drawn_trees_are_independent_draws_from_each_nodes_own_row(verifier, ngram_path):
+    """Each node's row is the n-gram's distribution after its parent's path, siblings are drawn
+    from it independently (chi-square on the first two draws' pairs), and a child repeating an
+    earlier sibling's token is a leaf."""
+    drafter = make_drafter(f"ngram:{ngram_path}+context", verifier)
+    drafter.start([2, 7, 8], LogitsProcessor(SAMPLING), torch.Generator().manual_seed(0))
+    rng = random.Random(1)
+    contexts = [[2, *(rng.randrange(4, 64) for _ in range(6))] for _ in range(20)]
+    # The context whose row spreads widest, so that draws often differ.
+    context = max(contexts, key=lambda c: int((drafter.propose(c, 1).probs[0] > 0).sum()))
+    row = drafter.propose(context, 1).probs[0]
+    assert int((row > 0).sum()) >= 3
+    pairs, repeats = [], 0
+    for seed in range(3000):
+        drafter.generator.manual_seed(seed)
+        tree = drafter.propose_sampled_tree(context, (3, 2))
+        tree.validate()
+        roots = tree.children(ROOT)
+        assert len(roots) == 3 and tree.depth <= 2
+        pairs.append((tree.tokens[roots[0]], tree.tokens[roots[1]]))
+        if seed < 20:  # rows after each path, against the n-gram's own
+            for node in range(len(tree)):
+                parent = tree.parents[node]
+                path = [] if parent == ROOT else tree.path_tokens(parent)
+                assert torch.equal(tree.probs[node], drafter.propose([*context, *path], 1).probs[0])
+        for node in roots:
+            repeated = tree.tokens[node] in [tree.tokens[other] for other in roots if other < node]
+            assert len(tree.children(node)) == (0 if repeated else 2)
+            repeats += repeated
+    support = row.nonzero().flatten().tolist()
+    joint = {(a, b): float(row[a] * row[b]) for a in support for b in support}
+    assert chi_square_pvalue(pairs, joint) > 1e-3
+    assert repeats > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("widths", [(3, 1, 1), (2, 2)])
+def test_sampled_drawn_trees_follow_the_exact_distribution(verifier, ngram_path, widths):
+    drafter = Drawn(make_drafter(f"ngram:{ngram_path}+context", verifier), widths)
+    check_sampling_is_exact(verifier, drafter, trials=800, tree=6)
+    spread = sum(len({tree.tokens[c] for c in tree.children(ROOT)}) > 1 for tree in drafter.trees)
+    assert spread > len(drafter.trees) // 6  # the draws really differ

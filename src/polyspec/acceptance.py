@@ -24,6 +24,8 @@ which the tests sum into the output distribution.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from polyspec.sampling import sample
@@ -116,14 +118,18 @@ def node_outcomes(
     return taken, reach, residual
 
 
-def tree_rejection_verdict(tree: TokenTree, target_probs: torch.Tensor, generator: torch.Generator | None) -> Verdict:
-    """target_probs: [len(tree) + 1, V], row 0 after the context and row i + 1 after node i,
-    each processed as plain sampling would process it after that node's own path."""
+def tree_rejection_verdict(
+    tree: TokenTree, target_row: Callable[[int], torch.Tensor], generator: torch.Generator | None
+) -> Verdict:
+    """target_row(0): the verifier's distribution [V] after the context, target_row(i + 1) after
+    node i, each processed as plain sampling would process it after that node's own path. Rows
+    are asked for only along the walk (one more per kept node), so the others need never be
+    processed."""
     node, path = ROOT, []
-    device = target_probs.device
     while True:
         children = tree.children(node)
-        residual = target_probs[node + 1]
+        residual = target_row(node + 1)
+        device = residual.device
         draft_row = _draft_row(tree, children) if children else None
         chosen = None
         for child in children:

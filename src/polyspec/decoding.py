@@ -190,7 +190,11 @@ class Decoder:
         if processor.config.greedy:
             verdict = greedy_tree_verdict(draft, processor.greedy_after(logits, ids, suffixes))
         else:
-            verdict = tree_rejection_verdict(draft, processor.probs_after(logits, ids, suffixes), generator)
+            # Rows are processed (a top-k over the vocabulary each) only along the walk.
+            def row(i: int) -> torch.Tensor:
+                return processor.probs_after(logits[i : i + 1], ids, suffixes[i : i + 1])[0]
+
+            verdict = tree_rejection_verdict(draft, row, generator)
         self.lm.keep([0, *(node + 1 for node in verdict.kept)])
         last = verdict.path[-1] if verdict.path else -1
         return verdict, verdict.accepted + bool(draft.children(last))

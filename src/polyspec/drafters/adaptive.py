@@ -35,7 +35,10 @@ they keep. Drafters too slow to shadow (a draft model) are chosen from evidence,
 then their tree joins the merge. A drafter whose trees carry rows while the verifier samples
 drafts a chain by the chain rule above; nothing stochastic is ever pruned by looking at it.
 When the verifier samples, each branching drafter's own chains (drawn from its rows) are one
-more arm, chosen from evidence against the merged tree of point masses.
+more arm, chosen from evidence against the merged tree of point masses. And where such a
+drafter can draw trees (`propose_sampled_tree`), a bandit (`polyspec.drafters.bandit`) picks each
+sampled step's policy by the rates steps measured: the router's choice as above, or a fixed tree
+of 2 or 4 independent draws of the first token, each followed by one draw per level.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ from dataclasses import dataclass
 
 import torch
 
-from polyspec.drafters.base import Drafter, can_branch
+from polyspec.drafters.bandit import PolicyBandit
+from polyspec.drafters.base import Drafter, can_branch, can_draw
 from polyspec.tree import EMPTY_TREE, ROOT, TokenTree, select_by_score
 from polyspec.types import EMPTY_DRAFT, Draft
 
@@ -212,6 +216,10 @@ FREE_WIDTH_SHARE = 1.05
 PLAIN_MARGIN = 1.02
 # Drafters cheaper than this share of a verify call propose every step (shadows).
 SHADOW_COST_SHARE = 0.1
+# Sampled tree mode: fixed shapes of independent draws (draws of the first token, then one per
+# level) that a bandit weighs against the router's own choices by their measured rates.
+ROUTER_POLICY = "router"
+DRAWN_POLICIES = {"2 draws": (2, 1, 1), "4 draws": (4, 1, 1)}
 
 
 @dataclass
@@ -491,6 +499,19 @@ class StepCosts:
         return a * self.forward(width) + b * width
 
 
+def within_budget(widths: Sequence[int], budget: int) -> tuple[int, ...]:
+    """The levels of a drawn tree (widths[d] draws under every node at depth d) that fit in
+    `budget` nodes, the first level narrowed if even it does not."""
+    kept, nodes, level = [], 0, 1
+    for width in widths:
+        level *= width
+        if nodes + level > budget:
+            break
+        kept.append(width)
+        nodes += level
+    return tuple(kept) or ((min(widths[0], budget),) if widths and budget > 0 else ())
+
+
 class AdaptiveDrafter:
     """Routes among drafters and sizes each draft (a chain, or a token tree when the engine
     verifies trees) by the expected tokens per second."""
@@ -518,6 +539,10 @@ class AdaptiveDrafter:
         self._steps = 0
         self._sent: tuple[int, float] | None = None  # width of the last step and when it began
         self._promised: tuple[int, float] | None = None  # a merged tree's context length and promise
+        drawing = [arm for arm in self.arms if arm.of is not None and can_draw(arm.of.drafter)]
+        self._drawing = drawing  # chain arms whose drafter can draw trees
+        self.policies = PolicyBandit([ROUTER_POLICY, *DRAWN_POLICIES]) if drawing else None
+        self._step: tuple[str, int, float] | None = None  # sampled tree step: policy, context length, start
 
     def start(self, prompt_ids, processor, generator) -> None:
         # Estimates carry over from earlier sequences in the same mode: they describe the drafters
@@ -529,7 +554,7 @@ class AdaptiveDrafter:
             arm.drafter.start(prompt_ids, processor, generator)
             arm.use_estimates(self._greedy)
             arm.pending = []
-        self._sent = self._promised = None
+        self._sent = self._promised = self._step = None
 
     def _observe(self) -> None:
         if self._sent is not None and self.observe_costs:
@@ -622,14 +647,41 @@ class AdaptiveDrafter:
     def propose_tree(self, context: Sequence[int], budget: int, max_depth: int) -> TokenTree:
         """The tree of at most `budget` nodes and `max_depth` levels (EMPTY_TREE: plain
         decoding) of highest expected tokens per second."""
+        began = time.perf_counter()
         self._observe()
         if self._promised is not None:
             length, promised = self._promised
             self.calibration.update(promised, len(context) - length - 1)
             self._promised = None
-        tree = self._choose_tree(context, budget, max_depth)
+        if self._step is not None:
+            policy, length, start = self._step
+            self.policies.record(policy, len(context) - length, began - start)
+            self._step = None
+        if self.policies is None or self._greedy:
+            tree = self._choose_tree(context, budget, max_depth)
+        else:
+            policy = self.policies.choose()
+            if policy == ROUTER_POLICY:
+                tree = self._choose_tree(context, budget, max_depth)
+            else:
+                widths = DRAWN_POLICIES[policy][: min(max_depth, self.max_depth)]
+                tree = self._drawn_tree(context, within_budget(widths, budget), policy)
+            self._step = (policy, len(context), began)
         self._sent = (len(tree) + 1, time.perf_counter())
         self.widths[len(tree)] += 1
+        return tree
+
+    def _drawn_tree(self, context: Sequence[int], widths: tuple[int, ...], policy: str) -> TokenTree:
+        """A fixed shape of independent draws from the chain arm whose first tokens were kept
+        most often (chosen before drawing, from past evidence only)."""
+        self._settle(context)
+        arm = max(self._drawing, key=lambda arm: arm.rate(1))
+        tree = arm.of.drafter.propose_sampled_tree(context, widths)
+        if not len(tree):
+            return self._plain()
+        arm.last_chosen = self._steps
+        arm.pending.append(_Pending(len(context), tree, [None] * len(tree)))
+        self.route[f"{arm.name}, {policy}"] += 1
         return tree
 
     def _plain(self) -> TokenTree:

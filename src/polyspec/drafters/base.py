@@ -36,8 +36,17 @@ class TreeDrafter(Drafter, Protocol):
         """Up to `budget` nodes at most `max_depth` deep to follow `context`."""
 
 
+class DrawingDrafter(Drafter, Protocol):
+    def propose_sampled_tree(self, context: Sequence[int], widths: Sequence[int]) -> TokenTree:
+        """Sampling only: widths[d] independent draws from the row of every node at depth d."""
+
+
 def can_branch(drafter: Drafter) -> bool:
     return callable(getattr(drafter, "propose_tree", None))
+
+
+def can_draw(drafter: Drafter) -> bool:
+    return callable(getattr(drafter, "propose_sampled_tree", None))
 
 
 class NoDrafter:

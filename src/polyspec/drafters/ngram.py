@@ -255,6 +255,50 @@ class NGramDrafter:
             probs = probs.to(self.generator.device)
         return Draft(tokens=tokens, probs=probs)
 
+    def propose_sampled_tree(self, context: Sequence[int], widths: Sequence[int]) -> TokenTree:
+        """A tree of independent draws (the SpecInfer setting, sampling only): every node at
+        depth d gets widths[d] children drawn from its own row. A child repeating an earlier
+        sibling's token stays a leaf: it is tried only once that token was rejected, and then
+        it is rejected too, so nothing below it could be kept. A node whose context has no
+        counts (or whose most probable token is below min_prob) gets no children."""
+        if not widths or not context:
+            return EMPTY_TREE
+        self._advance(context)
+        longest = self.cache.max_context if self.cache is not None else 0
+        base = list(context[-longest:]) if longest else []
+        tokens: list[int] = []
+        parents: list[int] = []
+        rows: list[tuple[np.ndarray, np.ndarray]] = []
+        level = [(-1, self._state, [])]  # (node, n-gram state, drafted path) to grow
+        for width in widths:
+            grown = []
+            for node, state, path in level:
+                window = [*base, *path][-longest:] if longest else []
+                distribution = self._distribution(state, window)
+                if distribution is None or distribution[3] < self.options.min_prob:
+                    continue
+                ids, probs, cumulative, _ = distribution
+                drawn = set()
+                for _ in range(width):
+                    pick = int(np.searchsorted(cumulative, self._uniform() * cumulative[-1], side="right"))
+                    token = int(ids[min(pick, len(ids) - 1)])
+                    tokens.append(token)
+                    parents.append(node)
+                    rows.append((ids, probs))
+                    if token not in drawn:
+                        drawn.add(token)
+                        grown.append((len(tokens) - 1, self.model.step(*state, token), [*path, token]))
+            level = grown
+        if not tokens:
+            return EMPTY_TREE
+        table = np.zeros((len(tokens), self.vocab_size), dtype=np.float32)
+        for i, (ids, probs) in enumerate(rows):
+            table[i, ids] = probs
+        probs = torch.from_numpy(table)
+        if self.generator is not None and self.generator.device.type != "cpu":
+            probs = probs.to(self.generator.device)
+        return TokenTree(tokens=tokens, parents=parents, probs=probs)
+
     # Token trees.
 
     def _static_top(self, found: tuple[int, int], limit: int) -> list[tuple[int, float]]:
