@@ -1,11 +1,12 @@
 """The sampled router with and without its policy bandit, against one fixed chain (docs/RESULTS.md).
 
     python benchmarks/router_bandit.py --language npi --limit 4
+    python benchmarks/router_bandit.py --language npi --limit 4 --router adaptive
 
 For each sampled story and continuation prompt it decodes, in one run and in turn: plain
-decoding, the fixed chain `ngram-distill` (gamma 3), the router `adaptive-distill` with the bandit
-switched off (its per-step choices alone) and with it (the bandit weighs the router's choices
-against fixed trees of independent draws by their measured rates). Both routers keep their
+decoding, a fixed chain (gamma 3: `ngram-distill`, or `ngram+context` for `--router adaptive`),
+and the router with the bandit switched off (its per-step choices alone) and with it (the bandit
+weighs the router's choices against fixed trees of independent draws by their measured rates). Both routers keep their
 estimates from one prompt to the next, as the benchmark's do. It prints each prompt's speedups,
 the means, where each router's steps went, and the bandit's rates and tries per policy.
 """
@@ -23,20 +24,23 @@ from polyspec.bench.runner import TREE_BUDGET, TREE_DEPTH, BenchRunner, load_mod
 from polyspec.drafters.adaptive import AdaptiveDrafter
 from polyspec.specs import verify_costs
 
-CHAIN, ROUTER = "ngram-distill", "adaptive-distill"
+# Each router against the fixed chain of its best single drafter.
+CHAINS = {"adaptive-distill": "ngram-distill", "adaptive": "ngram+context"}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--language", default="npi")
     parser.add_argument("--limit", type=int, default=4)
+    parser.add_argument("--router", choices=sorted(CHAINS), default="adaptive-distill")
     args = parser.parse_args()
+    router_name, chain = args.router, CHAINS[args.router]
     config = BenchConfig(
         languages=(args.language,),
         tasks=("story", "continuation"),
         modes=("sample",),
         limit=args.limit,
-        drafters=(CHAIN,),
+        drafters=(chain,),
     )
     languages = resolve_grid_languages(config)
     runner = BenchRunner(
@@ -46,7 +50,7 @@ def main() -> None:
     language = languages[0]
     routers = {}
     for name in ("router", "router + bandit"):
-        parts = {part: runner.build_drafter(part, language) for part in ROUTERS[ROUTER]}
+        parts = {part: runner.build_drafter(part, language) for part in ROUTERS[router_name]}
         routers[name] = AdaptiveDrafter(parts, verify_costs(runner.verifier))
     routers["router"].policies = None
     print(f"load average {os.getloadavg()[0]:.2f}")
@@ -57,9 +61,9 @@ def main() -> None:
         ids = runner.decoder.encode(unit.prompt.text)
         plain = runner.generate(ids, None, 1, unit.mode, unit.seed)
         row = [unit.prompt.item]
-        for name in (CHAIN, *routers):
-            if name == CHAIN:
-                spec = runner.generate(ids, runner.drafter(CHAIN, language), gamma, unit.mode, unit.seed)
+        for name in (chain, *routers):
+            if name == chain:
+                spec = runner.generate(ids, runner.drafter(chain, language), gamma, unit.mode, unit.seed)
             else:
                 spec = runner.generate(ids, routers[name], TREE_DEPTH, unit.mode, unit.seed, TREE_BUDGET)
             gains[name].append(plain.stats.seconds / spec.stats.seconds)

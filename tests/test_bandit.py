@@ -1,10 +1,10 @@
-"""The policy bandit tries every policy, then follows the measured rates, and keeps exploring."""
+"""The policy bandit tries every policy, then follows the measured rates, and forgets old ones."""
 
 from __future__ import annotations
 
 import random
 
-from polyspec.drafters.bandit import EXPLORE_EVERY, MIN_TRIES, PolicyBandit
+from polyspec.drafters.bandit import MIN_TRIES, PolicyBandit
 
 
 def run(bandit: PolicyBandit, steps: int, rates: dict[str, float], seed: int = 0) -> dict[str, int]:
@@ -31,13 +31,12 @@ def test_every_policy_is_tried_before_any_is_preferred():
 def test_the_policy_with_the_best_measured_rate_gets_most_steps():
     bandit = PolicyBandit(["slow", "fast", "middling"])
     chosen = run(bandit, 400, {"slow": 10.0, "fast": 20.0, "middling": 14.0})
-    assert chosen["fast"] > 300
-    # Exploration never stops: every policy gets a step every few EXPLORE_EVERY.
-    assert min(chosen.values()) >= MIN_TRIES + 400 // (EXPLORE_EVERY * 3) - 1
+    assert chosen["fast"] > 340
 
 
 def test_a_policy_that_stops_paying_loses_its_place():
     bandit = PolicyBandit(["a", "b"])
     run(bandit, 200, {"a": 20.0, "b": 10.0})
-    chosen = run(bandit, 500, {"a": 5.0, "b": 10.0}, seed=1)
-    assert chosen["b"] > chosen["a"]
+    run(bandit, 500, {"a": 5.0, "b": 10.0}, seed=1)  # its old evidence decays
+    chosen = run(bandit, 300, {"a": 5.0, "b": 10.0}, seed=2)
+    assert chosen["b"] > 240
