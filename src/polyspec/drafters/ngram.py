@@ -23,7 +23,9 @@ Token trees (greedy or sampling alike): the children of a node are its most prob
 continuations, point masses chosen without randomness, and the tree grows best-first by
 estimated path probability. With +context both sources propose: their distributions are mixed,
 each weighted by the length of the context it matched plus one. Candidates below min_prob are
-left out, and an unseen context without back-off has no children.
+left out, and an unseen context without back-off has no children. When the verifier samples,
+`propose_sampled_tree` draws a tree instead: a fixed number of independent draws under every
+node from that node's row (what the router's sampled policies send).
 """
 
 from __future__ import annotations
