@@ -134,8 +134,8 @@ def test_measured_costs_are_sorted_positive_and_never_fall_with_width(verifier):
 
 
 class FakeClock:
-    """perf_counter for measure_verify_costs: each reading advances by the next step, so each
-    timed forward lasts one step."""
+    """A clock for measure_verify_costs and the router: each reading advances by the next step,
+    so each timed forward lasts one step."""
 
     def __init__(self, steps) -> None:
         self.now, self.steps = 0.0, iter(steps)
@@ -146,11 +146,10 @@ class FakeClock:
 
 
 @pytest.mark.parametrize("jitter, steady", [(0.0, True), (3.0, False)])
-def test_a_curve_is_steady_only_when_its_rounds_agree(verifier, monkeypatch, jitter, steady):
+def test_a_curve_is_steady_only_when_its_rounds_agree(verifier, jitter, steady):
     rng = random.Random(0)
     clock = FakeClock(1.0 + jitter * rng.random() for _ in range(10_000))
-    monkeypatch.setattr("polyspec.drafters.adaptive.time.perf_counter", clock)
-    costs, measured_steady = measure_verify_costs(verifier.model, widths=(1, 2), context=8, repeats=5)
+    costs, measured_steady = measure_verify_costs(verifier.model, widths=(1, 2), context=8, repeats=5, clock=clock)
     assert measured_steady is steady
     assert jitter or costs.seconds == (1.0, 1.0)
 
@@ -248,12 +247,11 @@ class CostlyDrafter:
         return self.drafter.propose(context, k)
 
 
-def test_a_costly_drafter_that_is_right_only_as_often_as_it_costs_is_not_used(verifier, monkeypatch):
+def test_a_costly_drafter_that_is_right_only_as_often_as_it_costs_is_not_used(verifier):
     # The verifier as its own drafter is always right, but each token costs a full step.
     clock = FakeClock(itertools.repeat(0.0))
-    monkeypatch.setattr("polyspec.drafters.adaptive.time.perf_counter", clock)
     drafter = CostlyDrafter(ModelDrafter(verifier, verifier.vocab_size), clock)
-    adaptive = AdaptiveDrafter({"self": drafter}, FLAT_COSTS, observe_costs=False)
+    adaptive = AdaptiveDrafter({"self": drafter}, FLAT_COSTS, observe_costs=False, clock=clock)
     decoder = Decoder(verifier)
     for prompt in random_prompts(3, seed=2):
         decoder.generate(prompt, adaptive, gamma=4, max_new_tokens=40)

@@ -47,7 +47,7 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -85,7 +85,11 @@ class VerifyCosts:
 
 
 def measure_verify_costs(
-    model: torch.nn.Module, widths: Sequence[int] = (1, 2, 4, 8, 16, 32), context: int = 200, repeats: int = 5
+    model: torch.nn.Module,
+    widths: Sequence[int] = (1, 2, 4, 8, 16, 32),
+    context: int = 200,
+    repeats: int = 5,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[VerifyCosts, bool]:
     """Median time of a forward of each width after `context` cached tokens (random ids), and
     whether the machine was steady while it ran. Widths take turns within each round, so a burst
@@ -107,11 +111,11 @@ def measure_verify_costs(
         for width in widths:
             tokens = [rng.randrange(vocab) for _ in range(width)]
             sync()
-            began = time.perf_counter()
+            began = clock()
             lm.forward(tokens)
             sync()
             if round_:
-                times[width].append(time.perf_counter() - began)
+                times[width].append(clock() - began)
             lm.rollback(context)
     seconds, steady = [], True
     for width in widths:
@@ -254,8 +258,11 @@ class _Arm:
     """One drafter with what is known of it; `of`: the arm whose drafter's chains this arm
     drafts (`_ChainOf`)."""
 
-    def __init__(self, name: str, drafter: Drafter, max_depth: int, of: _Arm | None = None) -> None:
+    def __init__(
+        self, name: str, drafter: Drafter, max_depth: int, clock: Callable[[], float], of: _Arm | None = None
+    ) -> None:
         self.name = name
+        self.clock = clock
         self.drafter = drafter
         self.of = of
         self.branches = can_branch(drafter)
@@ -299,22 +306,22 @@ class _Arm:
         return cheap and not (self.stochastic_trees and not greedy)
 
     def timed_propose(self, context: Sequence[int], k: int) -> Draft:
-        began = time.perf_counter()
+        began = self.clock()
         draft = self.drafter.propose(context, k)
-        spent = time.perf_counter() - began
+        spent = self.clock() - began
         self.calls += 1
         self.seconds_per_token += (spent / max(k, 1) - self.seconds_per_token) / min(self.calls, 20)
         return draft
 
     def timed_tree(self, context: Sequence[int], budget: int, depth: int) -> TokenTree:
         """Its tree (a drafter that cannot branch: its chain)."""
-        began = time.perf_counter()
+        began = self.clock()
         if self.branches:
             tree = self.drafter.propose_tree(context, budget, depth)
         else:
             draft = self.drafter.propose(context, min(budget, depth))
             tree = TokenTree.chain(draft.tokens, draft.probs)
-        spent = time.perf_counter() - began
+        spent = self.clock() - began
         self.tree_calls += 1
         self.tree_seconds += (spent - self.tree_seconds) / min(self.tree_calls, 20)
         return tree
@@ -517,12 +524,18 @@ class AdaptiveDrafter:
     verifies trees) by the expected tokens per second."""
 
     def __init__(
-        self, drafters: dict[str, Drafter], costs: VerifyCosts, max_depth: int = 8, observe_costs: bool = True
+        self,
+        drafters: dict[str, Drafter],
+        costs: VerifyCosts,
+        max_depth: int = 8,
+        observe_costs: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.observe_costs = observe_costs  # off: trust the measured curve alone (reproducible choices)
-        self.arms = [_Arm(name, drafter, max_depth) for name, drafter in drafters.items()]
+        self.clock = clock  # what drafting and steps are timed by
+        self.arms = [_Arm(name, drafter, max_depth, clock) for name, drafter in drafters.items()]
         self.arms += [
-            _Arm(f"{arm.name} chain", _ChainOf(arm.drafter), max_depth, of=arm)
+            _Arm(f"{arm.name} chain", _ChainOf(arm.drafter), max_depth, clock, of=arm)
             for arm in list(self.arms)
             if arm.branches
         ]
@@ -559,7 +572,7 @@ class AdaptiveDrafter:
     def _observe(self) -> None:
         if self._sent is not None and self.observe_costs:
             width, began = self._sent
-            self.costs.record(width, time.perf_counter() - began)
+            self.costs.record(width, self.clock() - began)
 
     def _cut(self, arm: _Arm, marks: Sequence[float | None]) -> tuple[int, float]:
         """(n, expected tokens per second): extend while the rate rises (a sequential rule)."""
@@ -582,7 +595,7 @@ class AdaptiveDrafter:
     def propose(self, context: Sequence[int], k: int) -> Draft:
         self._observe()
         draft = self._choose(context, k)
-        self._sent = (len(draft) + 1, time.perf_counter())
+        self._sent = (len(draft) + 1, self.clock())
         return draft
 
     def _choose(self, context: Sequence[int], k: int) -> Draft:
@@ -647,7 +660,7 @@ class AdaptiveDrafter:
     def propose_tree(self, context: Sequence[int], budget: int, max_depth: int) -> TokenTree:
         """The tree of at most `budget` nodes and `max_depth` levels (EMPTY_TREE: plain
         decoding) of highest expected tokens per second."""
-        began = time.perf_counter()
+        began = self.clock()
         self._observe()
         if self._promised is not None:
             length, promised = self._promised
@@ -667,7 +680,7 @@ class AdaptiveDrafter:
                 widths = DRAWN_POLICIES[policy][: min(max_depth, self.max_depth)]
                 tree = self._drawn_tree(context, within_budget(widths, budget), policy)
             self._step = (policy, len(context), began)
-        self._sent = (len(tree) + 1, time.perf_counter())
+        self._sent = (len(tree) + 1, self.clock())
         self.widths[len(tree)] += 1
         return tree
 
