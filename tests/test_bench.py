@@ -23,7 +23,7 @@ from polyspec.bench.runner import (
     resolve_grid_languages,
     run_bench,
 )
-from polyspec.drafters.adaptive import AdaptiveDrafter
+from polyspec.drafters.adaptive import DRAWN_POLICIES, AdaptiveDrafter
 from polyspec.drafters.base import can_branch
 
 FIELDS = {
@@ -106,8 +106,11 @@ def test_records_have_every_field_and_greedy_runs_are_identical(verifier_dir, la
     curve = next(r["verify_costs"] for r in records if r["drafter"] == "adaptive")
     assert curve["widths"][0] == 1 and len(curve["seconds"]) == len(curve["widths"])
     # A part's own chains, when it branches, are routed as "PART chain".
-    routes = {piece.removesuffix(" chain") for r in records for key in r.get("route", {}) for piece in key.split(" | ")}
+    # The bandit's fixed trees of draws are routed as "PART chain, POLICY".
+    pieces = [piece.split(", ") for r in records for key in r.get("route", {}) for piece in key.split(" | ")]
+    routes = {piece[0].removesuffix(" chain") for piece in pieces}
     assert routes and routes <= {"plain", "ngram", "ngram+context", "prompt-lookup"}, routes
+    assert {policy for piece in pieces for policy in piece[1:]} <= set(DRAWN_POLICIES)
 
 
 def test_every_record_names_the_model_file_and_text_it_comes_from(verifier_dir, verifier, language_files, tmp_path):
