@@ -18,9 +18,8 @@ import argparse
 
 import torch
 
-from polyspec.assets.store import home
 from polyspec.bench.grid import BenchConfig
-from polyspec.bench.runner import BenchRunner, load_model, plan_units, resolve_grid_languages
+from polyspec.bench.runner import plan_units, prepared_runner
 from polyspec.sampling import STUDY_SAMPLING, LogitsProcessor
 
 DRAFTER = "ngram-distill"
@@ -54,11 +53,7 @@ def main() -> None:
         limit=args.limit,
         drafters=(DRAFTER,),
     )
-    languages = resolve_grid_languages(config)
-    runner = BenchRunner(
-        config, load_model(config.verifier, dtype=config.dtype, device=config.device), home() / "ngram"
-    )
-    runner.prepare(languages)
+    runner, languages = prepared_runner(config)
     processor = LogitsProcessor(STUDY_SAMPLING)
     totals = {kind: dict.fromkeys(WIDTHS, 0.0) for kind in ("verifier top-k", "k draws", "top-k of q")}
     positions = 0

@@ -18,9 +18,8 @@ import os
 import statistics
 from collections import defaultdict
 
-from polyspec.assets.store import home
 from polyspec.bench.grid import ROUTERS, BenchConfig
-from polyspec.bench.runner import TREE_BUDGET, TREE_DEPTH, BenchRunner, load_model, plan_units, resolve_grid_languages
+from polyspec.bench.runner import TREE_BUDGET, TREE_DEPTH, plan_units, prepared_runner
 from polyspec.drafters.adaptive import AdaptiveDrafter
 from polyspec.specs import verify_costs
 
@@ -42,11 +41,7 @@ def main() -> None:
         limit=args.limit,
         drafters=(chain,),
     )
-    languages = resolve_grid_languages(config)
-    runner = BenchRunner(
-        config, load_model(config.verifier, dtype=config.dtype, device=config.device), home() / "ngram"
-    )
-    runner.prepare(languages)
+    runner, languages = prepared_runner(config)
     language = languages[0]
     routers = {}
     for name in ("router", "router + bandit"):

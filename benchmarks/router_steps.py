@@ -17,9 +17,8 @@ import statistics
 import time
 from collections import defaultdict
 
-from polyspec.assets.store import home
 from polyspec.bench.grid import BenchConfig
-from polyspec.bench.runner import BenchRunner, load_model, plan_units, resolve_grid_languages
+from polyspec.bench.runner import plan_units, prepared_runner
 from polyspec.decoding import Decoder
 from polyspec.types import Draft
 
@@ -52,11 +51,7 @@ def main() -> None:
         limit=args.limit,
         drafters=(CHAIN, ROUTER),
     )
-    languages = resolve_grid_languages(config)
-    runner = BenchRunner(
-        config, load_model(config.verifier, dtype=config.dtype, device=config.device), home() / "ngram"
-    )
-    runner.prepare(languages)
+    runner, languages = prepared_runner(config)
     times: dict[tuple[str, int], list[float]] = defaultdict(list)
     timing_verify(times)
     gains: dict[str, list[float]] = defaultdict(list)

@@ -14,7 +14,7 @@ def run(bandit: PolicyBandit, steps: int, rates: dict[str, float], seed: int = 0
     for _ in range(steps):
         name = bandit.choose()
         chosen[name] += 1
-        bandit.record(name, rng.choice([0, 2]) * rates[name] * 0.1 / 1.0, 0.1)
+        bandit.record(name, rng.choice([0, 2]) * rates[name] * 0.1, 0.1)
     return chosen
 
 

@@ -591,6 +591,18 @@ def check_models(config: BenchConfig) -> None:
         from_pretrained(AutoConfig, model_path(name))
 
 
+def prepared_runner(config: BenchConfig) -> tuple[BenchRunner, list]:
+    """A runner over the config's verifier with every drafter of the grid built and run once,
+    and the grid's languages: for scripts that time runs of their own."""
+    from polyspec.assets.store import home
+
+    languages = resolve_grid_languages(config)
+    verifier = load_model(config.verifier, dtype=config.dtype, device=config.device)
+    runner = BenchRunner(config, verifier, home() / "ngram")
+    runner.prepare(languages)
+    return runner, languages
+
+
 def run_bench(config: BenchConfig, out_dir: Path, resume: bool, show_progress: bool = True, dry_run: bool = False):
     """Runs the grid into out_dir/results.jsonl. A dry run builds the grid's models from their
     known configs, shrunk and randomly initialised (`polyspec.bench.recipe`), in float32 on the

@@ -516,7 +516,9 @@ def within_budget(widths: Sequence[int], budget: int) -> tuple[int, ...]:
             break
         kept.append(width)
         nodes += level
-    return tuple(kept) or ((min(widths[0], budget),) if widths and budget > 0 else ())
+    if not kept and widths and budget > 0:
+        kept = [min(widths[0], budget)]
+    return tuple(kept)
 
 
 class AdaptiveDrafter:

@@ -34,7 +34,7 @@ class PolicyBandit:
 
     def rate(self, name: str) -> float:
         """Decayed tokens per decayed second (0 before any step)."""
-        steps, tokens, _, seconds = self.sums[name]
+        _, tokens, _, seconds = self.sums[name]
         return tokens / seconds if seconds > 0 else 0.0
 
     def _draw(self, name: str) -> float:

@@ -241,9 +241,7 @@ class NGramDrafter:
                 if peak < min_prob:
                     break
                 rows[i, ids] = probs
-                # Draw from the very values handed to the verifier (inverse CDF of the row).
-                pick = int(np.searchsorted(cumulative, self._uniform() * cumulative[-1], side="right"))
-                token = int(ids[min(pick, len(ids) - 1)])
+                token = self._draw(ids, cumulative)
             tokens.append(token)
             state = self.model.step(*state, token)
             if self.cache is not None:
@@ -252,10 +250,19 @@ class NGramDrafter:
                     del window[0]
         if not tokens:
             return EMPTY_DRAFT
-        probs = torch.from_numpy(rows[: len(tokens)])
+        return Draft(tokens=tokens, probs=self._on_device(rows[: len(tokens)]))
+
+    def _draw(self, ids: np.ndarray, cumulative: np.ndarray) -> int:
+        """One token drawn from the very values handed to the verifier (inverse CDF of the row)."""
+        pick = int(np.searchsorted(cumulative, self._uniform() * cumulative[-1], side="right"))
+        return int(ids[min(pick, len(ids) - 1)])
+
+    def _on_device(self, rows: np.ndarray) -> torch.Tensor:
+        """Draft rows as a tensor where the engine samples."""
+        probs = torch.from_numpy(rows)
         if self.generator is not None and self.generator.device.type != "cpu":
             probs = probs.to(self.generator.device)
-        return Draft(tokens=tokens, probs=probs)
+        return probs
 
     def propose_sampled_tree(self, context: Sequence[int], widths: Sequence[int]) -> TokenTree:
         """A tree of independent draws (the SpecInfer setting, sampling only): every node at
@@ -282,8 +289,7 @@ class NGramDrafter:
                 ids, probs, cumulative, _ = distribution
                 drawn = set()
                 for _ in range(width):
-                    pick = int(np.searchsorted(cumulative, self._uniform() * cumulative[-1], side="right"))
-                    token = int(ids[min(pick, len(ids) - 1)])
+                    token = self._draw(ids, cumulative)
                     tokens.append(token)
                     parents.append(node)
                     rows.append((ids, probs))
@@ -296,10 +302,7 @@ class NGramDrafter:
         table = np.zeros((len(tokens), self.vocab_size), dtype=np.float32)
         for i, (ids, probs) in enumerate(rows):
             table[i, ids] = probs
-        probs = torch.from_numpy(table)
-        if self.generator is not None and self.generator.device.type != "cpu":
-            probs = probs.to(self.generator.device)
-        return TokenTree(tokens=tokens, parents=parents, probs=probs)
+        return TokenTree(tokens=tokens, parents=parents, probs=self._on_device(table))
 
     # Token trees.
 
